@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Maps more than one program file uses. The .bpf.c files are linked into one object by
+ * `bpftool gen object`; exactly one of them (cuda.bpf.c) defines SW_DEFINE_SHARED_MAPS and
+ * owns the definitions, the others see extern declarations of the same maps.
+ */
+#ifndef STALLWATCH_MAPS_BPF_H
+#define STALLWATCH_MAPS_BPF_H
+
+#include "sched.h"
+#include "stallwatch.h"
+
+#ifdef SW_DEFINE_SHARED_MAPS
+#define SW_SHARED
+#else
+#define SW_SHARED extern
+#endif
+
+/* In-flight calls and on/off-CPU bookkeeping of CUDA-issuing threads; freed with the task. */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct thread_state);
+} threads SEC(".maps");
+
+/* Records or aggregations lost, per enum sw_lost_source. */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SW_LOST_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} events_lost SEC(".maps");
+
+static __always_inline void sw_count_lost(__u32 source)
+{
+	__u64 *v = bpf_map_lookup_elem(&events_lost, &source);
+
+	if (v)
+		*v += 1;
+}
+
+/* Look a key up, inserting a zero value first when absent; NULL (and a lost count) if full. */
+static __always_inline void *sw_lookup_or_init(void *map, const void *key, const void *zero,
+					       __u32 lost_source)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+
+	if (v)
+		return v;
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		sw_count_lost(lost_source);
+	return v;
+}
+
+#endif /* STALLWATCH_MAPS_BPF_H */

@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * Off-CPU time of CUDA-issuing threads, joined in the kernel to their in-flight calls.
+ *
+ * A thread that leaves the CPU while runnable was preempted: everything until it runs again
+ * is `runnable` time, blamed on the task that took the CPU. A thread that leaves the CPU
+ * blocked is `blocked` until sched_wakeup, then `runnable` until it runs, blamed on the task
+ * that ran on that CPU just before it. Both add to every open call frame of the thread and
+ * to the per-(cgroup, process) totals. Untraced tasks cost one task-storage lookup each way.
+ */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "maps.bpf.h"
+#include "sched.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct offcpu_key);
+	__type(value, struct offcpu_stats);
+} offcpu SEC(".maps");
+
+/* LRU: the preemptor list of a long-lived job must not fill up and stop recording. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct preemptor_key);
+	__type(value, struct preemptor_stats);
+} preemptors SEC(".maps");
+
+static const struct offcpu_stats zero_offcpu_stats;
+
+/* Kernels before 5.14 call the field `state`. */
+struct task_struct___pre514 {
+	volatile long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline long task_state(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return BPF_CORE_READ(t, __state);
+	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
+}
+
+static __always_inline __u64 task_cgroup_id(struct task_struct *t)
+{
+	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+}
+
+static __always_inline struct offcpu_stats *offcpu_of(struct thread_state *t)
+{
+	struct offcpu_key key = {};
+
+	key.cgroup_id = t->cgroup_id;
+	key.tgid = t->tgid;
+	return sw_lookup_or_init(&offcpu, &key, &zero_offcpu_stats, SW_LOST_OFFCPU_MAP);
+}
+
+static __always_inline void blame(struct thread_state *t, __u32 tgid, __u64 cgroup_id,
+				  const char *comm, __u64 runnable)
+{
+	struct preemptor_key key = {};
+	struct preemptor_stats *p, fresh = {};
+
+	if (!tgid)
+		return; /* the idle task: the CPU was free, the wait was wakeup latency */
+	key.victim_cgroup_id = t->cgroup_id;
+	key.victim_tgid = t->tgid;
+	key.preemptor_tgid = tgid;
+	p = bpf_map_lookup_elem(&preemptors, &key);
+	if (!p) {
+		fresh.preemptor_cgroup_id = cgroup_id;
+		__builtin_memcpy(fresh.comm, comm, SW_COMM_LEN);
+		bpf_map_update_elem(&preemptors, &key, &fresh, BPF_NOEXIST);
+		p = bpf_map_lookup_elem(&preemptors, &key);
+		if (!p)
+			return;
+	}
+	__sync_fetch_and_add(&p->runnable_ns, runnable);
+	__sync_fetch_and_add(&p->count, 1);
+}
+
+static __always_inline void switch_out(struct task_struct *prev, struct task_struct *next,
+				       bool preempt, __u64 now)
+{
+	struct thread_state *t = bpf_task_storage_get(&threads, prev, 0, 0);
+	struct offcpu_stats *s;
+
+	if (!t)
+		return;
+	if (t->on_since) {
+		s = offcpu_of(t);
+		if (s)
+			__sync_fetch_and_add(&s->oncpu_ns, now - t->on_since);
+		t->on_since = 0;
+	}
+	t->off_since = now;
+	t->woken_at = 0;
+	t->off_runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
+	if (t->off_runnable) {
+		t->preemptor_tgid = BPF_CORE_READ(next, tgid);
+		t->preemptor_cgroup_id = task_cgroup_id(next);
+		BPF_CORE_READ_STR_INTO(&t->preemptor_comm, next, comm);
+	}
+}
+
+static __always_inline void switch_in(struct task_struct *next, struct task_struct *prev,
+				      __u64 now)
+{
+	struct thread_state *t = bpf_task_storage_get(&threads, next, 0, 0);
+	struct offcpu_stats *s;
+	__u64 runnable = 0, blocked = 0;
+	char comm[SW_COMM_LEN];
+
+	if (!t)
+		return;
+	t->on_since = now;
+	if (!t->off_since)
+		return; /* first switch seen since the thread's first call */
+	if (t->off_runnable) {
+		runnable = now - t->off_since;
+	} else if (t->woken_at >= t->off_since) {
+		blocked = t->woken_at - t->off_since;
+		runnable = now - t->woken_at;
+	} else {
+		blocked = now - t->off_since; /* wakeup not seen (attached meanwhile) */
+	}
+	t->off_since = 0;
+
+	s = offcpu_of(t);
+	if (s) {
+		if (runnable)
+			__sync_fetch_and_add(&s->runnable_ns, runnable);
+		if (blocked)
+			__sync_fetch_and_add(&s->blocked_ns, blocked);
+		if (t->off_runnable)
+			__sync_fetch_and_add(&s->preemptions, 1);
+	}
+	for (int i = 0; i < SW_MAX_DEPTH; i++) {
+		if (i >= t->depth)
+			break;
+		t->frames[i].runnable_ns += runnable;
+		t->frames[i].blocked_ns += blocked;
+		if (t->off_runnable)
+			t->frames[i].preemptions++;
+	}
+	if (!runnable)
+		return;
+	if (t->off_runnable) {
+		blame(t, t->preemptor_tgid, t->preemptor_cgroup_id, t->preemptor_comm, runnable);
+	} else {
+		BPF_CORE_READ_STR_INTO(&comm, prev, comm);
+		blame(t, BPF_CORE_READ(prev, tgid), task_cgroup_id(prev), comm, runnable);
+	}
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	switch_out(prev, next, preempt, now);
+	switch_in(next, prev, now);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sched_wakeup, struct task_struct *p)
+{
+	struct thread_state *t = bpf_task_storage_get(&threads, p, 0, 0);
+
+	if (t && t->off_since && !t->off_runnable && !t->woken_at)
+		t->woken_at = bpf_ktime_get_ns();
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Per-thread call state and off-CPU records of sched.bpf.c, read by exporter/trace/collector.cpp. */
+#ifndef STALLWATCH_SCHED_H
+#define STALLWATCH_SCHED_H
+
+#include "stallwatch.h"
+
+/* One in-flight CUDA call of a thread; off-CPU time is added while it is open. */
+struct call_frame {
+	__u64 start_ns;
+	__u64 runnable_ns;
+	__u64 blocked_ns;
+	__u32 call_id;
+	__u32 preemptions;
+};
+
+/* Task-local storage of a CUDA-issuing thread (created at its first traced call). */
+struct thread_state {
+	__u64 cgroup_id;      /* cgroup at the thread's latest call */
+	__u64 on_since;       /* when it last got a CPU; 0 while off-CPU */
+	__u64 off_since;      /* when it last left the CPU; 0 while on-CPU */
+	__u64 woken_at;       /* when a blocked thread was woken (then runnable); 0 if not yet */
+	__u32 tgid;
+	__u32 preemptor_tgid; /* task that took the CPU when this one was preempted */
+	__u64 preemptor_cgroup_id;
+	char preemptor_comm[SW_COMM_LEN];
+	__u8 off_runnable;    /* left the CPU while runnable (preempted) */
+	__u8 depth;           /* open frames */
+	__u16 unmatched;      /* returns to skip: entries dropped for nesting */
+	__u32 pad;
+	struct call_frame frames[SW_MAX_DEPTH];
+};
+
+/* Key of offcpu: a CUDA-issuing process in its cgroup. */
+struct offcpu_key {
+	__u64 cgroup_id;
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* Cumulative time of the CUDA-issuing threads of one process. */
+struct offcpu_stats {
+	__u64 runnable_ns;
+	__u64 blocked_ns;
+	__u64 oncpu_ns;
+	__u64 preemptions;
+};
+
+/* Key of preemptors: who kept a CUDA-issuing process of a cgroup off the CPU. */
+struct preemptor_key {
+	__u64 victim_cgroup_id;
+	__u32 victim_tgid;
+	__u32 preemptor_tgid;
+};
+
+struct preemptor_stats {
+	__u64 preemptor_cgroup_id;
+	__u64 runnable_ns; /* victim's runnable wait blamed on this task */
+	__u64 count;
+	char comm[SW_COMM_LEN];
+};
+
+#endif /* STALLWATCH_SCHED_H */

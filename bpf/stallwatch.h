@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * Constants and helpers shared by the BPF programs and user space.
+ *
+ * Latency histograms use upper-inclusive log2 buckets over powers of two of seconds:
+ * bucket k counts values v with 2^(k-1-SW_TICK_SHIFT) s < v <= 2^(k-SW_TICK_SHIFT) s
+ * (bucket 0: v <= 2^-30 s, about 0.93 ns). The last bucket counts everything above
+ * 2^(SW_HIST_BUCKETS-2-SW_TICK_SHIFT) s (256 s) and is Prometheus' +Inf. These are exactly
+ * Prometheus' `le` bounds and OTLP base-2 exponential buckets at scale 0, so neither
+ * exporter re-bins.
+ */
+#ifndef STALLWATCH_H
+#define STALLWATCH_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h> /* user space; BPF code gets the types from vmlinux.h */
+#endif
+
+#define SW_HIST_BUCKETS 40
+#define SW_TICK_SHIFT 30
+#define SW_NS_PER_S 1000000000ULL
+#define SW_MAX_DEPTH 4
+#define SW_COMM_LEN 16
+
+/* Where records or aggregation were lost; index of the events_lost per-CPU array. */
+enum sw_lost_source {
+	SW_LOST_OUTLIER_RINGBUF = 0, /* outlier record dropped: ring buffer full */
+	SW_LOST_DISCOVERY_RINGBUF,   /* library-mapping record dropped: ring buffer full */
+	SW_LOST_CALL_MAP,            /* call not aggregated: cuda_call_duration map full */
+	SW_LOST_OFFCPU_MAP,          /* off-CPU time not aggregated: offcpu map full */
+	SW_LOST_THREAD_STATE,        /* call not tracked: per-thread storage unavailable */
+	SW_LOST_NESTING,             /* call not tracked: nested deeper than SW_MAX_DEPTH */
+	SW_LOST_MAX,
+};
+
+/*
+ * Bucket index of a duration in nanoseconds: the smallest k with ns <= 2^(k-30) s, clamped
+ * to the overflow bucket. Exact in integers: ticks = ceil(ns * 2^30 / 1e9) without overflow
+ * for any duration below 2^34 s.
+ */
+static inline __u32 sw_bucket_of_ns(__u64 ns)
+{
+	__u64 q = ns / SW_NS_PER_S;
+	__u64 r = ns % SW_NS_PER_S;
+	__u64 ticks = (q << SW_TICK_SHIFT) + ((r << SW_TICK_SHIFT) + SW_NS_PER_S - 1) / SW_NS_PER_S;
+	__u64 v;
+	__u32 k = 0;
+
+	if (ticks <= 1)
+		return 0;
+	/* ceil(log2(ticks)) = floor(log2(ticks - 1)) + 1 */
+	v = ticks - 1;
+	if (v >> 32) {
+		v >>= 32;
+		k += 32;
+	}
+	if (v >> 16) {
+		v >>= 16;
+		k += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		k += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		k += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		k += 2;
+	}
+	if (v >> 1)
+		k += 1;
+	k += 1;
+	return k < SW_HIST_BUCKETS - 1 ? k : SW_HIST_BUCKETS - 1;
+}
+
+#endif /* STALLWATCH_H */

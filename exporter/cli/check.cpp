@@ -1,0 +1,349 @@
+// The live half of `stallwatch check`: reads /sys, /proc and the library directories, runs the
+// checks in order (kernel, btf, capabilities, tp_btf, uprobes, tracefs, cgroup, memlock,
+// cuda_libraries) and renders the report as text or JSON.
+#include "cli/check.h"
+
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace stallwatch::cli {
+namespace {
+
+constexpr const char* kBtfFix = "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y";
+constexpr size_t kMaxPidsListed = 5;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+bool is_dir(const char* path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+CheckItem kernel_check() {
+  struct utsname u;
+  if (uname(&u) != 0) return {"kernel", Status::kWarn, std::strerror(errno), ""};
+  return {"kernel", Status::kOk, std::string(u.release) + " (" + u.machine + ")", ""};
+}
+
+CheckItem btf_check() {
+  const int fd = open("/sys/kernel/btf/vmlinux", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return {"btf", Status::kFail, std::string("/sys/kernel/btf/vmlinux: ") + std::strerror(errno),
+            kBtfFix};
+  }
+  struct stat st;
+  const bool sized = fstat(fd, &st) == 0;
+  close(fd);
+  std::string detail = "/sys/kernel/btf/vmlinux";
+  if (sized) detail += " (" + std::to_string(st.st_size / 1024) + " KiB)";
+  return {"btf", Status::kOk, detail, ""};
+}
+
+CheckItem capabilities_check() {
+  __user_cap_header_struct header{};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  header.pid = 0;
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capget, &header, data) != 0) {
+    return {"capabilities", Status::kFail, std::string("capget: ") + std::strerror(errno),
+            "run as root"};
+  }
+  const std::uint64_t effective =
+      data[0].effective | (static_cast<std::uint64_t>(data[1].effective) << 32);
+  return capabilities_item(effective);
+}
+
+int quiet_libbpf(libbpf_print_level, const char*, va_list) { return 0; }
+
+CheckItem tp_btf_check() {
+  const libbpf_print_fn_t previous = libbpf_set_print(quiet_libbpf);
+  btf* vmlinux = btf__load_vmlinux_btf();
+  const int load_errno = errno;
+  libbpf_set_print(previous);
+  if (vmlinux == nullptr) {
+    return {"tp_btf", Status::kFail,
+            std::string("cannot load vmlinux BTF: ") + std::strerror(load_errno), kBtfFix};
+  }
+  std::vector<std::string> missing;
+  for (const char* name : {"btf_trace_sched_switch", "btf_trace_sched_wakeup"}) {
+    if (btf__find_by_name_kind(vmlinux, name, BTF_KIND_TYPEDEF) < 0) missing.push_back(name);
+  }
+  btf__free(vmlinux);
+  if (missing.empty()) {
+    return {"tp_btf", Status::kOk, "sched_switch and sched_wakeup attachable as tp_btf", ""};
+  }
+  std::string detail = "vmlinux BTF lacks";
+  for (const std::string& m : missing) detail += " " + m;
+  return {"tp_btf", Status::kFail, detail,
+          "boot a kernel with tp_btf support (Linux >= 5.5, CONFIG_DEBUG_INFO_BTF=y)"};
+}
+
+CheckItem uprobes_check() {
+  const std::string type = trim(read_file("/sys/bus/event_source/devices/uprobe/type"));
+  if (type.empty()) {
+    return {"uprobes", Status::kFail, "no uprobe PMU at /sys/bus/event_source/devices/uprobe",
+            "kernel needs CONFIG_UPROBES=y / CONFIG_UPROBE_EVENTS=y"};
+  }
+  return {"uprobes", Status::kOk, "uprobe PMU type " + type, ""};
+}
+
+CheckItem tracefs_check() {
+  const int fd =
+      open("/sys/kernel/tracing/events/syscalls/sys_enter_mmap/id", O_RDONLY | O_CLOEXEC);
+  const int err = fd < 0 ? errno : 0;
+  if (fd >= 0) close(fd);
+  return tracefs_item(is_dir("/sys/kernel/tracing"), is_dir("/sys/kernel/tracing/events"), err);
+}
+
+CheckItem cgroup_check() {
+  const std::string mountinfo = read_file("/proc/self/mountinfo");
+  if (mountinfo.empty()) {
+    return {"cgroup", Status::kFail, "cannot read /proc/self/mountinfo", "mount /proc"};
+  }
+  return cgroup_item(classify_cgroup(mountinfo));
+}
+
+CheckItem memlock_check() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
+    return {"memlock", Status::kOk, std::string("getrlimit: ") + std::strerror(errno), ""};
+  }
+  const std::string limit =
+      rl.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(rl.rlim_cur / 1024) + " KiB";
+  return {"memlock", Status::kOk,
+          "RLIMIT_MEMLOCK " + limit + " (kernels >= 5.11 charge BPF memory to the memory cgroup)",
+          ""};
+}
+
+// Directories that hold CUDA libraries on common hosts and images; globbed, never recursed.
+std::vector<std::string> library_dirs() {
+  static constexpr const char* kDirs[] = {
+      "/usr/lib/x86_64-linux-gnu",
+      "/usr/lib/aarch64-linux-gnu",
+      "/usr/lib64",
+      "/usr/local/cuda*/lib64",
+      "/usr/local/cuda*/targets/*/lib",
+      "/usr/local/lib",
+      "/opt/conda/lib",
+      "/opt/conda/envs/*/lib",
+  };
+  static constexpr const char* kSitePackages[] = {
+      "/usr/lib/python3*/site-packages",         "/usr/lib/python3*/dist-packages",
+      "/usr/local/lib/python3*/site-packages",   "/usr/local/lib/python3*/dist-packages",
+      "/opt/conda/lib/python3*/site-packages",   "/opt/conda/envs/*/lib/python3*/site-packages",
+      "/root/.local/lib/python3*/site-packages", "/home/*/.local/lib/python3*/site-packages",
+  };
+  std::vector<std::string> patterns(std::begin(kDirs), std::end(kDirs));
+  for (const char* sp : kSitePackages) {
+    patterns.push_back(std::string(sp) + "/nvidia/*/lib");
+    patterns.push_back(std::string(sp) + "/torch/lib");
+  }
+  std::vector<std::string> dirs;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    if (glob(pattern.c_str(), GLOB_ONLYDIR | GLOB_NOSORT, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) dirs.emplace_back(g.gl_pathv[i]);
+    }
+    globfree(&g);
+  }
+  return dirs;
+}
+
+// Regular files only (the libcuda.so -> libcuda.so.1 -> libcuda.so.550.x chain counts once),
+// keyed by canonical path.
+void scan_disk(std::map<std::string, CudaLibrary>& libs) {
+  for (const std::string& dir : library_dirs()) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) continue;
+    while (const dirent* e = readdir(d)) {
+      const std::optional<std::string> kind = cuda_library_kind(e->d_name);
+      if (!kind) continue;
+      const std::string path = dir + "/" + e->d_name;
+      struct stat st;
+      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      char* real = realpath(path.c_str(), nullptr);
+      if (real == nullptr) continue;
+      CudaLibrary& lib = libs[real];
+      lib.path = real;
+      lib.kind = *kind;
+      std::free(real);
+    }
+    closedir(d);
+  }
+}
+
+// Every process's mappings of CUDA libraries. Paths are as the process sees them (inside a
+// container they name the container's files); deleted files keep a " (deleted)" suffix.
+void scan_maps(std::map<std::string, CudaLibrary>& libs) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return;
+  while (const dirent* e = readdir(proc)) {
+    const std::string_view name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    const int pid = std::atoi(e->d_name);
+    std::ifstream maps("/proc/" + std::string(name) + "/maps");
+    if (!maps) continue;  // gone, or not ours to read
+    std::set<std::string> keys;
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("libcud") == std::string::npos && line.find("libnccl") == std::string::npos) {
+        continue;
+      }
+      const std::optional<MapsEntry> m = parse_maps_line(line);
+      if (!m || m->path.empty() || m->path[0] != '/') continue;
+      const std::optional<std::string> kind = cuda_library_kind(m->path);
+      if (!kind) continue;
+      const std::string key = m->deleted ? m->path + " (deleted)" : m->path;
+      if (keys.insert(key).second) {
+        CudaLibrary& lib = libs[key];
+        if (lib.path.empty()) lib.path = key;
+        lib.kind = *kind;
+      }
+    }
+    if (keys.empty()) continue;
+    const std::string comm = trim(read_file("/proc/" + std::string(name) + "/comm"));
+    for (const std::string& key : keys) {
+      CudaLibrary& lib = libs[key];
+      lib.mapped = true;
+      lib.pids.push_back(pid);
+      lib.comms.push_back(comm);
+    }
+  }
+  closedir(proc);
+}
+
+CheckItem cuda_libraries_check(std::vector<CudaLibrary>& out) {
+  std::map<std::string, CudaLibrary> libs;
+  scan_disk(libs);
+  const size_t on_disk = libs.size();
+  scan_maps(libs);
+  for (auto& [path, lib] : libs) {
+    // /proc order is not numeric; sort pids and comms together.
+    std::vector<std::pair<int, std::string>> procs;
+    for (size_t i = 0; i < lib.pids.size(); ++i) procs.emplace_back(lib.pids[i], lib.comms[i]);
+    std::sort(procs.begin(), procs.end());
+    for (size_t i = 0; i < procs.size(); ++i) {
+      lib.pids[i] = procs[i].first;
+      lib.comms[i] = std::move(procs[i].second);
+    }
+    out.push_back(std::move(lib));
+  }
+  return cuda_libraries_item(out, on_disk);
+}
+
+std::string describe_library(const CudaLibrary& lib) {
+  std::string s = "  " + lib.path + "  (" + lib.kind;
+  if (!lib.mapped) return s + ", not mapped)";
+  s += ", mapped by";
+  for (size_t i = 0; i < lib.pids.size() && i < kMaxPidsListed; ++i) {
+    s += (i == 0 ? " pid " : ", pid ") + std::to_string(lib.pids[i]) + " " + lib.comms[i];
+  }
+  if (lib.pids.size() > kMaxPidsListed) {
+    s += ", and " + std::to_string(lib.pids.size() - kMaxPidsListed) + " more";
+  }
+  return s + ")";
+}
+
+}  // namespace
+
+bool CheckReport::tracing_possible() const {
+  return std::none_of(items.begin(), items.end(),
+                      [](const CheckItem& i) { return i.status == Status::kFail; });
+}
+
+CheckReport run_checks() {
+  CheckReport r;
+  r.items.push_back(kernel_check());
+  r.items.push_back(btf_check());
+  r.items.push_back(capabilities_check());
+  r.items.push_back(tp_btf_check());
+  r.items.push_back(uprobes_check());
+  r.items.push_back(tracefs_check());
+  r.items.push_back(cgroup_check());
+  r.items.push_back(memlock_check());
+  r.items.push_back(cuda_libraries_check(r.libraries));
+  return r;
+}
+
+std::string render_text(const CheckReport& report) {
+  size_t width = 0;
+  for (const CheckItem& i : report.items) width = std::max(width, i.name.size());
+  std::string out = "stallwatch check\n";
+  for (const CheckItem& i : report.items) {
+    out += i.status == Status::kOk ? "ok   " : i.status == Status::kWarn ? "warn " : "FAIL ";
+    out += i.name + std::string(width + 2 - i.name.size(), ' ') + i.detail;
+    if (!i.fix.empty()) out += " (fix: " + i.fix + ")";
+    out += '\n';
+  }
+  out += "CUDA libraries:\n";
+  if (report.libraries.empty()) out += "  none found\n";
+  for (const CudaLibrary& lib : report.libraries) out += describe_library(lib) + '\n';
+  out += report.tracing_possible() ? "tracing: possible\n"
+                                   : "tracing: NOT possible \u2014 fix the failures above\n";
+  return out;
+}
+
+std::string render_json(const CheckReport& report) {
+  std::string out = "{\"ok\":";
+  out += report.tracing_possible() ? "true" : "false";
+  out += ",\"checks\":[";
+  for (size_t n = 0; n < report.items.size(); ++n) {
+    const CheckItem& i = report.items[n];
+    if (n > 0) out += ',';
+    out += "{\"name\":" + json_quote(i.name) + ",\"status\":" + json_quote(status_name(i.status)) +
+           ",\"detail\":" + json_quote(i.detail) + ",\"fix\":" + json_quote(i.fix) + '}';
+  }
+  out += "],\"libraries\":[";
+  for (size_t n = 0; n < report.libraries.size(); ++n) {
+    const CudaLibrary& lib = report.libraries[n];
+    if (n > 0) out += ',';
+    out += "{\"path\":" + json_quote(lib.path) + ",\"kind\":" + json_quote(lib.kind) +
+           ",\"mapped\":" + (lib.mapped ? "true" : "false") + ",\"pids\":[";
+    for (size_t k = 0; k < lib.pids.size(); ++k) {
+      out += (k > 0 ? "," : "") + std::to_string(lib.pids[k]);
+    }
+    out += "],\"processes\":[";
+    for (size_t k = 0; k < lib.comms.size(); ++k)
+      out += (k > 0 ? "," : "") + json_quote(lib.comms[k]);
+    out += "]}";
+  }
+  out += "]}";
+  return out;
+}
+
+int check_main(bool json) {
+  const CheckReport report = run_checks();
+  std::cout << (json ? render_json(report) + "\n" : render_text(report)) << std::flush;
+  return report.tracing_possible() ? 0 : 1;
+}
+
+}  // namespace stallwatch::cli

@@ -1,0 +1,29 @@
+// Flags of `stallwatch run`, from the command line and from --config FILE (same long names,
+// `name = value` lines); the command line wins. Parsing is pure apart from reading the file.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace stallwatch::cli {
+
+struct RunOptions {
+  std::string listen = "0.0.0.0:9464";
+  std::string db = "/var/lib/stallwatch/stallwatch.db";
+  std::chrono::nanoseconds window = std::chrono::seconds(5);
+  std::chrono::nanoseconds outlier_threshold = std::chrono::milliseconds(1);
+  std::chrono::nanoseconds rescan_interval = std::chrono::seconds(30);
+  size_t max_cgroups = 256;
+  std::string config;
+  bool verbose = false;
+  bool help = false;
+};
+
+// argv excludes the program and subcommand names. A `help` result carries the usage text in
+// `usage`.
+Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::string* usage);
+
+}  // namespace stallwatch::cli

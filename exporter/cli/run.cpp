@@ -1,0 +1,132 @@
+#include "cli/run.h"
+
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "cli/check.h"
+#include "cli/options.h"
+#include "common/duration.h"
+#include "common/log.h"
+#include "identity/cgroup_resolver.h"
+#include "metrics/http_server.h"
+#include "trace/collector.h"
+#include "trace/discovery.h"
+#include "trace/tracer.h"
+
+extern "C" {
+#include "bpf/cuda.h"
+#include "bpf/discovery.h"
+}
+
+namespace stallwatch::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop = true; }
+
+// The checks without which no probe can be loaded; run first so the error names the cause.
+bool preflight() {
+  CheckReport report = run_checks();
+  bool ok = true;
+  for (const auto& item : report.items) {
+    if (item.status != Status::kFail) continue;
+    if (item.name == "cuda_libraries" || item.name == "tracefs") continue;
+    SW_LOG(kError) << item.name << ": " << item.detail;
+    if (!item.fix.empty()) SW_LOG(kHint) << item.fix;
+    ok = false;
+  }
+  return ok;
+}
+
+}  // namespace
+
+int run_main(const std::vector<std::string>& args) {
+  std::string usage;
+  auto parsed = parse_run_options(args, &usage);
+  if (!parsed) {
+    std::cerr << "stallwatch run: " << parsed.error().message << "\n";
+    return 2;
+  }
+  const RunOptions& o = *parsed;
+  if (o.help) {
+    std::cout << usage;
+    return 0;
+  }
+  if (o.verbose) set_log_level(LogLevel::kDebug);
+  if (!preflight()) return 1;
+
+  auto mount = identity::find_cgroup2_mount();
+  if (!mount) {
+    SW_LOG(kError) << "no cgroup2 hierarchy is mounted; cgroup labels need one";
+    SW_LOG(kHint) << "mount -t cgroup2 none /sys/fs/cgroup/unified (or boot with "
+                     "systemd.unified_cgroup_hierarchy=1)";
+    return 1;
+  }
+
+  metrics::SnapshotBoard board;
+  metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
+  auto http = metrics::HttpServer::start(o.listen, board, build);
+  if (!http) {
+    SW_LOG(kError) << http.error().message;
+    return 1;
+  }
+
+  trace::TracerOptions topts;
+  topts.outlier_threshold = o.outlier_threshold;
+  auto tracer = trace::Tracer::open(topts);
+  if (!tracer) {
+    SW_LOG(kError) << tracer.error().message;
+    return 1;
+  }
+  trace::Discovery discovery(
+      (*tracer)->call_enter_program(), (*tracer)->call_exit_program(),
+      {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval)});
+  std::atomic<std::uint64_t> outliers{0};
+  (*tracer)->on_outlier([&](const outlier_event&) { outliers++; });
+  (*tracer)->on_lib_map(
+      [&](const lib_map_event& e) { discovery.handle_event(static_cast<int>(e.tgid)); });
+
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  size_t procs = discovery.scan_all();
+  identity::CgroupResolver resolver(*mount);
+  trace::Collector collector(**tracer, resolver, {o.max_cgroups});
+  auto counts = [&] {
+    return trace::TraceCounts{outliers.load(), discovery.traced_processes(),
+                              discovery.attached_libraries(), discovery.attached_probes()};
+  };
+  board.publish(collector.collect(o.window, counts()));
+  SW_LOG(kInfo) << "ready: listening on " << o.listen << ", window " << format_duration(o.window)
+                << ", " << procs << " processes with CUDA libraries, "
+                << discovery.attached_libraries() << " library files traced (cgroup2 at " << *mount
+                << ")";
+
+  // Ring buffers and discovery on their own thread: nothing there waits for the collector.
+  std::thread events([&] {
+    while (!g_stop) {
+      auto r = (*tracer)->poll(std::chrono::milliseconds(10));
+      if (!r) {
+        SW_LOG(kError) << r.error().message;
+        g_stop = true;
+        break;
+      }
+      discovery.tick();
+    }
+  });
+
+  auto next = std::chrono::steady_clock::now() + o.window;
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (std::chrono::steady_clock::now() < next) continue;
+    next += o.window;
+    board.publish(collector.collect(o.window, counts()));
+  }
+  events.join();
+  SW_LOG(kInfo) << "stopping: detaching probes";
+  return 0;
+}
+
+}  // namespace stallwatch::cli

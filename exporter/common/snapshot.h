@@ -1,0 +1,84 @@
+// One window's view of everything traced: cumulative since the daemon started, immutable once
+// published. The collector builds it; Prometheus, OTLP, the chain engine and the store read it.
+// Share it as std::shared_ptr<const Snapshot>; readers never lock.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "identity/cgroup_identity.h"
+#include "trace/histogram.h"
+
+namespace stallwatch {
+
+// Cumulative statistics of one call in one series (a cgroup, or the overflow series).
+struct CallTotals {
+  std::uint64_t count = 0;
+  std::uint64_t sum_ns = 0;
+  std::uint64_t runnable_ns = 0;  // off-CPU inside the call, waiting for a CPU
+  std::uint64_t blocked_ns = 0;   // off-CPU inside the call, sleeping
+  std::uint64_t max_ns = 0;
+  trace::KernelBuckets buckets{};
+
+  void add(const CallTotals& o);
+};
+
+struct OffcpuTotals {
+  std::uint64_t runnable_ns = 0;
+  std::uint64_t blocked_ns = 0;
+  std::uint64_t oncpu_ns = 0;
+  std::uint64_t preemptions = 0;
+
+  void add(const OffcpuTotals& o);
+};
+
+// A task that kept CUDA-issuing threads of a series off the CPU.
+struct Preemptor {
+  int victim_pid = 0;
+  int pid = 0;
+  std::string comm;
+  std::string cgroup;  // the preemptor's cgroup path
+  std::uint64_t runnable_ns = 0;
+  std::uint64_t count = 0;
+};
+
+// Per process and call, for the chain engine and explain --per-process (not exported as
+// metric labels: pids never become labels).
+struct ProcessCall {
+  int pid = 0;
+  std::uint32_t call_id = 0;
+  CallTotals totals;
+};
+
+// Everything about one exported series of workloads (one cgroup, or the overflow fold).
+struct Series {
+  identity::Identity identity;        // identity.cgroup is the `cgroup` label
+  std::map<std::uint32_t, CallTotals> calls;  // by call id (trace/calls.h)
+  OffcpuTotals offcpu;
+  double runnable_ratio = 0;  // share of the CUDA-issuing threads' time spent runnable, last window
+  double blocked_ratio = 0;
+  std::vector<ProcessCall> processes;
+  std::vector<Preemptor> preemptors;  // top first by runnable_ns, at most 10
+};
+
+// Label value of the series that holds cgroups past --max-cgroups.
+inline constexpr const char* kOverflowCgroup = "_overflow";
+
+struct Snapshot {
+  std::uint64_t sequence = 0;  // 1 for the first window, +1 each window
+  std::chrono::system_clock::time_point taken{};
+  std::chrono::nanoseconds window{};
+  std::map<std::string, Series> series;  // by `cgroup` label
+  std::array<std::uint64_t, 8> lost{};   // cumulative, by enum sw_lost_source
+  std::uint64_t outliers = 0;            // outlier records received, cumulative
+  std::uint64_t traced_processes = 0;    // processes mapping a traced library now
+  std::uint64_t attached_libraries = 0;  // library files with probes now
+  std::uint64_t attached_probes = 0;     // uprobe + uretprobe links now
+  bool ready = false;                    // probes attached; /healthz answers 200
+};
+
+}  // namespace stallwatch

@@ -1,0 +1,170 @@
+#include "identity/cgroup_identity.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace stallwatch::identity {
+namespace {
+
+bool is_hex_char(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+bool is_hex(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), is_hex_char);
+}
+
+bool is_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Pod UIDs: 36-char UUIDs, or 32-hex config hashes for static pods; the systemd driver writes
+// the dashes as '_'.
+bool is_pod_uid(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](char c) { return is_hex_char(c) || c == '-' || c == '_'; });
+}
+
+std::string pod_uid_from(std::string_view s) {
+  std::string uid(s);
+  std::replace(uid.begin(), uid.end(), '_', '-');
+  return uid;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  while (true) {
+    const size_t pos = s.find(sep);
+    if (pos != 0) parts.push_back(s.substr(0, pos));
+    if (pos == std::string_view::npos) break;
+    s.remove_prefix(pos + 1);
+  }
+  if (!parts.empty() && parts.back().empty()) parts.pop_back();
+  return parts;
+}
+
+std::string normalize(const std::vector<std::string_view>& components) {
+  if (components.empty()) return "/";
+  std::string out;
+  for (std::string_view c : components) {
+    out += '/';
+    out += c;
+  }
+  return out;
+}
+
+std::string_view strip_suffix(std::string_view s, std::string_view suffix) {
+  if (s.ends_with(suffix)) s.remove_suffix(suffix.size());
+  return s;
+}
+
+struct ContainerScope {
+  std::string_view runtime;
+  std::string_view id;  // empty for runtime helper scopes (conmon)
+};
+
+// "<prefix><id>.scope" as written by the systemd cgroup driver, or "<prefix><id>" by cgroupfs.
+bool match_container_scope(std::string_view component, ContainerScope& out) {
+  struct Prefix {
+    std::string_view prefix;
+    std::string_view runtime;
+    bool holds_container;
+  };
+  static constexpr Prefix kPrefixes[] = {
+      {"cri-containerd-", "containerd", true},
+      {"crio-conmon-", "crio", false},  // before "crio-": conmon is not the container
+      {"crio-", "crio", true},
+      {"docker-", "docker", true},
+      {"nerdctl-", "containerd", true},
+  };
+  const std::string_view stem = strip_suffix(component, ".scope");
+  for (const Prefix& p : kPrefixes) {
+    if (!stem.starts_with(p.prefix)) continue;
+    const std::string_view id = stem.substr(p.prefix.size());
+    // Short ids would also match ordinary units such as docker-cleanup.scope.
+    if (id.size() < 12 || !is_hex(id)) return false;
+    out.runtime = p.runtime;
+    out.id = p.holds_container ? id : std::string_view{};
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Identity parse_cgroup_path(std::string_view path) {
+  const std::vector<std::string_view> components = split(path, '/');
+  Identity id;
+  id.cgroup = normalize(components);
+
+  bool in_kube = false;
+  bool in_slurm = false;
+  bool in_containerd_service = false;
+  bool container_seen = false;
+  std::string_view container_runtime;
+  std::string_view previous;
+
+  for (std::string_view c : components) {
+    ContainerScope scope;
+    if (match_container_scope(c, scope)) {
+      container_seen = true;
+      container_runtime = scope.runtime;
+      id.container_id = std::string(scope.id);
+    } else if (c.size() == 64 && is_hex(c)) {
+      // Bare id (cgroupfs layouts): the parent tells the runtime, when it can.
+      container_seen = true;
+      container_runtime = previous == "docker"    ? "docker"
+                          : in_containerd_service ? "containerd"
+                                                  : "";
+      id.container_id = std::string(c);
+    } else if (c.ends_with(".service") || c.ends_with(".scope")) {
+      id.systemd_unit = std::string(c);
+      if (c == "containerd.service") in_containerd_service = true;
+    }
+
+    // Kubernetes, systemd driver: kubepods[-<qos>][-pod<uid_>].slice.
+    if (c.ends_with(".slice")) {
+      bool after_kubepods = false;
+      for (std::string_view part : split(strip_suffix(c, ".slice"), '-')) {
+        if (part == "kubepods") {
+          after_kubepods = in_kube = true;
+        } else if (after_kubepods && (part == "burstable" || part == "besteffort")) {
+          id.qos = std::string(part);
+        } else if (after_kubepods && part.starts_with("pod") && is_pod_uid(part.substr(3))) {
+          id.pod_uid = pod_uid_from(part.substr(3));
+        }
+      }
+    }
+    // Kubernetes, cgroupfs driver: /kubepods[/<qos>]/pod<uid>/<id>.
+    if (c == "kubepods") {
+      in_kube = true;
+    } else if (in_kube && id.pod_uid.empty() && (c == "burstable" || c == "besteffort")) {
+      id.qos = std::string(c);
+    } else if (in_kube && c.starts_with("pod") && is_pod_uid(c.substr(3))) {
+      id.pod_uid = pod_uid_from(c.substr(3));
+    }
+
+    // Slurm: slurmstepd.scope (cgroup v2) or /slurm[_<node>]/uid_N (legacy), then job_N/step_X.
+    if (c.starts_with("slurm")) {
+      in_slurm = true;
+    } else if (in_slurm && c.starts_with("job_") && is_digits(c.substr(4))) {
+      id.slurm_job = std::string(c.substr(4));
+      id.slurm_step.clear();
+    } else if (in_slurm && !id.slurm_job.empty() && c.starts_with("step_") && c.size() > 5) {
+      id.slurm_step = std::string(c.substr(5));
+    }
+    previous = c;
+  }
+
+  if (in_kube && !id.pod_uid.empty() && id.qos.empty()) id.qos = "guaranteed";
+  if (container_seen) {
+    id.runtime = std::string(container_runtime);
+  } else if (!id.slurm_job.empty()) {
+    id.runtime = "slurm";
+  } else if (!id.systemd_unit.empty()) {
+    id.runtime = "systemd";
+  }
+  return id;
+}
+
+}  // namespace stallwatch::identity

@@ -1,0 +1,41 @@
+// Workload identity from a cgroup v2 path: which container, pod, systemd unit or Slurm job a
+// cgroup belongs to, read from the names container runtimes, the kubelet, systemd and slurmstepd
+// give their cgroups. Owns only string parsing: no I/O, no Kubernetes API (pod name, namespace
+// and container name come from elsewhere).
+// Thread-safety: pure functions, safe to call from any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace stallwatch::identity {
+
+struct Identity {
+  std::string cgroup{};        // relative to the cgroup2 mount, "/" for the root; always set
+  std::string container_id{};  // container id as found in the path (64 hex), empty if none
+  std::string pod_uid{};       // Kubernetes pod UID with dashes, empty outside kubepods
+  std::string runtime{};       // "containerd", "crio", "docker", "systemd", "slurm" or ""
+  std::string qos{};           // "guaranteed", "burstable", "besteffort" for kubepods, else ""
+  std::string systemd_unit{};  // innermost .service/.scope unit that is not a container scope
+  std::string slurm_job{};     // "1234" from .../job_1234/...
+  std::string slurm_step{};    // "0", "batch", "extern", "interactive" from .../step_X/...
+
+  bool operator==(const Identity&) const = default;
+};
+
+// Parses a cgroup path such as
+//   /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice/
+//       cri-containerd-<id>.scope                (kubelet systemd driver; crio-<id>.scope)
+//   /kubepods/burstable/pod<uid>/<id>            (kubelet cgroupfs driver)
+//   /system.slice/docker-<id>.scope, /docker/<id>
+//   /system.slice/fluent-bit.service, /user.slice/user-1000.slice/session-3.scope
+//   /system.slice/slurmstepd.scope/job_1234/step_0/user/task_0, /slurm/uid_1000/job_1234/step_batch
+// The path is normalised (leading '/', no empty components, no trailing '/' except for the
+// root). Anything not recognised leaves the matching fields empty; never throws on bad input.
+// runtime is the runtime of the innermost container if the path holds one ("" when only the
+// cgroupfs layout is seen, which does not name the runtime), else "slurm" inside a Slurm job,
+// else "systemd" when a unit was found. crio-conmon-<id>.scope holds CRI-O's monitor process,
+// not the container: runtime "crio" without a container_id.
+Identity parse_cgroup_path(std::string_view path);
+
+}  // namespace stallwatch::identity

@@ -1,0 +1,82 @@
+#include "trace/attach.h"
+
+#include <bpf/libbpf.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "trace/elf_symbols.h"
+
+namespace stallwatch::trace {
+
+void LinkDeleter::operator()(bpf_link* link) const { bpf_link__destroy(link); }
+
+namespace {
+
+Result<LinkPtr> attach_one(bpf_program* prog, const std::string& path, std::uint64_t offset,
+                           std::uint32_t call_id, bool retprobe) {
+  bpf_uprobe_opts opts{};
+  opts.sz = sizeof(opts);
+  opts.bpf_cookie = call_id;
+  opts.retprobe = retprobe;
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offset, &opts);
+  if (!link) {
+    int err = errno;
+    return make_error(std::string(retprobe ? "uretprobe" : "uprobe") + " at offset " +
+                          std::to_string(offset) + ": " + std::strerror(err),
+                      err);
+  }
+  return LinkPtr(link);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(bpf_program* enter,
+                                                             bpf_program* exit,
+                                                             const std::string& path, Api api) {
+  auto symbols = read_function_symbols(path);
+  if (!symbols) return symbols.error();
+
+  // Aliases share an address: attach once per (offset), keeping the first name for the log.
+  std::map<std::uint64_t, std::pair<std::uint32_t, std::string>> targets;
+  std::set<std::uint32_t> found;
+  for (const auto& s : *symbols) {
+    auto id = call_for_symbol(s.name, api);
+    if (!id) continue;
+    targets.emplace(s.file_offset, std::make_pair(*id, s.name));
+    found.insert(*id);
+  }
+  auto probes = std::unique_ptr<LibraryProbes>(new LibraryProbes());
+  auto calls = all_calls();
+  for (std::uint32_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].api == api && !found.count(i)) probes->missing_calls_.emplace_back(calls[i].name);
+  }
+  if (targets.empty()) {
+    return make_error(path + ": exports none of the traced " + std::string(api_name(api)) +
+                      " calls (stripped or not a CUDA library?)");
+  }
+  Error last;
+  for (const auto& [offset, target] : targets) {
+    auto in = attach_one(enter, path, offset, target.first, false);
+    if (!in) {
+      last = in.error();
+      continue;
+    }
+    auto out = attach_one(exit, path, offset, target.first, true);
+    if (!out) {
+      last = out.error();
+      continue;  // `in` is detached here: a call without its return would never close
+    }
+    probes->links_.push_back(std::move(*in));
+    probes->links_.push_back(std::move(*out));
+    probes->attached_symbols_.push_back(target.second);
+  }
+  if (probes->links_.empty()) {
+    return make_error(path + ": no probe could be attached: " + last.message, last.err);
+  }
+  return probes;
+}
+
+}  // namespace stallwatch::trace

@@ -1,0 +1,41 @@
+// Uprobes on one library file: an entry and a return probe on every exported symbol that is a
+// traced call or a variant of one, the call id as bpf_cookie. Probes attach to the file (its
+// inode), so every process that maps it is traced, including ones that map it later.
+// Destroying the object detaches. Not thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "trace/calls.h"
+
+struct bpf_program;
+struct bpf_link;
+
+namespace stallwatch::trace {
+
+struct LinkDeleter {
+  void operator()(bpf_link* link) const;
+};
+using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+
+class LibraryProbes {
+ public:
+  // Attaches to `path` (a path this process can open). Fails only when nothing could be
+  // attached; calls the library lacks are listed in missing_calls() (the caller warns once).
+  static Result<std::unique_ptr<LibraryProbes>> attach(bpf_program* enter, bpf_program* exit,
+                                                       const std::string& path, Api api);
+
+  size_t probe_count() const { return links_.size(); }
+  const std::vector<std::string>& attached_symbols() const { return attached_symbols_; }
+  const std::vector<std::string>& missing_calls() const { return missing_calls_; }
+
+ private:
+  std::vector<LinkPtr> links_;
+  std::vector<std::string> attached_symbols_;
+  std::vector<std::string> missing_calls_;
+};
+
+}  // namespace stallwatch::trace

@@ -1,0 +1,79 @@
+#include "trace/calls.h"
+
+#include <array>
+
+namespace stallwatch::trace {
+namespace {
+
+constexpr std::array kCalls = {
+    CallInfo{"cudaMalloc", Api::kRuntime},
+    CallInfo{"cudaFree", Api::kRuntime},
+    CallInfo{"cudaMallocManaged", Api::kRuntime},
+    CallInfo{"cudaMallocAsync", Api::kRuntime},
+    CallInfo{"cudaFreeAsync", Api::kRuntime},
+    CallInfo{"cudaLaunchKernel", Api::kRuntime},
+    CallInfo{"cudaMemcpy", Api::kRuntime},
+    CallInfo{"cudaMemcpyAsync", Api::kRuntime},
+    CallInfo{"cudaMemset", Api::kRuntime},
+    CallInfo{"cudaStreamSynchronize", Api::kRuntime},
+    CallInfo{"cudaDeviceSynchronize", Api::kRuntime},
+    CallInfo{"cudaEventSynchronize", Api::kRuntime},
+    CallInfo{"cudaGraphLaunch", Api::kRuntime},
+    CallInfo{"cuLaunchKernel", Api::kDriver},
+    CallInfo{"cuLaunchKernelEx", Api::kDriver},
+    CallInfo{"cuMemAlloc_v2", Api::kDriver},
+    CallInfo{"cuMemFree_v2", Api::kDriver},
+    CallInfo{"cuMemcpy", Api::kDriver},
+    CallInfo{"cuMemcpyAsync", Api::kDriver},
+    CallInfo{"cuMemcpyHtoD_v2", Api::kDriver},
+    CallInfo{"cuMemcpyDtoH_v2", Api::kDriver},
+    CallInfo{"cuCtxSynchronize", Api::kDriver},
+    CallInfo{"cuStreamSynchronize", Api::kDriver},
+    CallInfo{"cuEventSynchronize", Api::kDriver},
+    CallInfo{"cuGraphLaunch", Api::kDriver},
+};
+
+bool starts_with_lib(std::string_view base, std::string_view stem) {
+  // "libcuda" must not match "libcudart": the stem is followed by ".so" or "-" (versioned).
+  if (!base.starts_with(stem)) return false;
+  std::string_view rest = base.substr(stem.size());
+  return rest.starts_with(".so") || rest.starts_with("-");
+}
+
+}  // namespace
+
+std::optional<Api> api_of_library(std::string_view basename) {
+  if (starts_with_lib(basename, "libcudart")) return Api::kRuntime;
+  if (starts_with_lib(basename, "libcuda")) return Api::kDriver;
+  if (starts_with_lib(basename, "libnccl")) return Api::kNccl;
+  return std::nullopt;
+}
+
+std::span<const CallInfo> all_calls() { return kCalls; }
+
+std::string_view api_name(Api api) {
+  switch (api) {
+    case Api::kRuntime:
+      return "runtime";
+    case Api::kDriver:
+      return "driver";
+    case Api::kNccl:
+      return "nccl";
+  }
+  return "unknown";
+}
+
+std::optional<std::uint32_t> call_for_symbol(std::string_view symbol, Api api) {
+  for (std::string_view suffix : {"_ptsz", "_ptds"}) {
+    if (symbol.ends_with(suffix)) {
+      symbol.remove_suffix(suffix.size());
+      break;
+    }
+  }
+  for (std::uint32_t i = 0; i < kCalls.size(); ++i) {
+    if (kCalls[i].api == api && kCalls[i].name == symbol) return i;
+  }
+  return std::nullopt;
+}
+
+}  // namespace stallwatch::trace

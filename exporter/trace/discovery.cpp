@@ -1,0 +1,149 @@
+#include "trace/discovery.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+
+#include "common/log.h"
+
+namespace stallwatch::trace {
+namespace {
+
+constexpr int kMaxEventRetries = 50;  // 50 x 10 ms: the loader maps text right after open
+constexpr std::chrono::milliseconds kRetryDelay{10};
+
+bool process_alive(int pid) {
+  struct stat st {};
+  return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+Discovery::Discovery(bpf_program* enter, bpf_program* exit, DiscoveryOptions options)
+    : enter_(enter), exit_(exit), options_(options) {}
+
+bool Discovery::scan_process(int pid) {
+  auto mapped = cuda_libraries_of(pid);
+  std::set<FileKey> now;
+  for (const auto& lib : mapped) {
+    std::string path = host_path(pid, lib.path);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;  // exited, or the file went away
+    FileKey key{st.st_dev, st.st_ino};
+    auto it = libraries_.find(key);
+    if (it == libraries_.end()) {
+      if (failed_.count(key)) continue;
+      auto probes = LibraryProbes::attach(enter_, exit_, path, lib.api);
+      if (!probes) {
+        SW_LOG(kWarn) << "not tracing " << lib.path << " (pid " << pid
+                      << "): " << probes.error().message;
+        failed_.emplace(key, probes.error().message);
+        continue;
+      }
+      SW_LOG(kInfo) << "tracing " << lib.path << " (" << api_name(lib.api) << ", pid " << pid
+                    << "): " << (*probes)->attached_symbols().size() << " symbols, "
+                    << (*probes)->probe_count() << " probes";
+      if (!(*probes)->missing_calls().empty()) {
+        SW_LOG(kWarn) << lib.path << " does not export " << join((*probes)->missing_calls())
+                      << "; those calls are not traced in it";
+      }
+      it = libraries_.emplace(key, Library{lib.path, std::move(*probes), {}}).first;
+    }
+    it->second.pids.insert(pid);
+    now.insert(key);
+  }
+  // Libraries this process no longer maps (dlclose).
+  auto& old = processes_[pid];
+  for (const auto& key : old) {
+    if (!now.count(key)) {
+      auto it = libraries_.find(key);
+      if (it != libraries_.end()) it->second.pids.erase(pid);
+    }
+  }
+  old = now;
+  if (now.empty()) processes_.erase(pid);
+  return !now.empty();
+}
+
+void Discovery::forget_process(int pid) {
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) return;
+  for (const auto& key : it->second) {
+    auto lib = libraries_.find(key);
+    if (lib != libraries_.end()) lib->second.pids.erase(pid);
+  }
+  processes_.erase(it);
+}
+
+size_t Discovery::scan_all() {
+  std::set<int> alive;
+  for (int pid : list_pids()) {
+    alive.insert(pid);
+    scan_process(pid);
+  }
+  std::vector<int> gone;
+  for (const auto& [pid, keys] : processes_) {
+    if (!alive.count(pid)) gone.push_back(pid);
+  }
+  for (int pid : gone) forget_process(pid);
+  last_full_scan_ = std::chrono::steady_clock::now();
+  tick();
+  return processes_.size();
+}
+
+void Discovery::handle_event(int tgid) {
+  if (scan_process(tgid)) {
+    pending_.erase(tgid);
+  } else {
+    pending_[tgid] = Pending{std::chrono::steady_clock::now() + kRetryDelay, 1};
+  }
+  publish_counts();
+}
+
+void Discovery::tick() {
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_full_scan_ >= options_.rescan_interval) {
+    scan_all();  // calls tick() again with the scan fresh
+    return;
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.next > now) {
+      ++it;
+    } else if (scan_process(it->first) || ++it->second.attempts > kMaxEventRetries) {
+      it = pending_.erase(it);
+    } else {
+      it->second.next = now + kRetryDelay;
+      ++it;
+    }
+  }
+  std::vector<int> gone;
+  for (const auto& [pid, keys] : processes_) {
+    if (!process_alive(pid)) gone.push_back(pid);
+  }
+  for (int pid : gone) forget_process(pid);
+  for (auto it = libraries_.begin(); it != libraries_.end();) {
+    if (it->second.pids.empty()) {
+      SW_LOG(kInfo) << "detaching from " << it->second.path << ": no process maps it any more";
+      it = libraries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  publish_counts();
+}
+
+void Discovery::publish_counts() {
+  size_t probes = 0;
+  for (const auto& [key, lib] : libraries_) probes += lib.probes->probe_count();
+  traced_processes_ = processes_.size();
+  attached_libraries_ = libraries_.size();
+  attached_probes_ = probes;
+}
+
+}  // namespace stallwatch::trace

@@ -1,0 +1,77 @@
+// Finds every copy of the CUDA libraries that processes map and keeps probes on each file
+// while at least one process maps it. Sources: a full /proc scan at start and every
+// rescan_interval, and library-mapping records from the kernel (discovery.bpf.c) that name
+// the process to scan at once. A library mapped while the daemon runs is attached before the
+// mmap(2) that maps its code has returned to the loader in most cases, and within one retry
+// (10 ms) otherwise.
+// Thread-safety: handle_event/tick/scan_all from one thread; the counters from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "trace/attach.h"
+#include "trace/proc_maps.h"
+
+struct bpf_program;
+
+namespace stallwatch::trace {
+
+struct DiscoveryOptions {
+  std::chrono::milliseconds rescan_interval{std::chrono::seconds(30)};
+};
+
+class Discovery {
+ public:
+  Discovery(bpf_program* enter, bpf_program* exit, DiscoveryOptions options);
+
+  // Scans every process; returns the number of processes mapping a traced library.
+  size_t scan_all();
+  // A process mapped a file named like a CUDA library: scan it now and retry briefly.
+  void handle_event(int tgid);
+  // Retries pending scans, drops exited processes and unused libraries, rescans when due.
+  void tick();
+
+  size_t traced_processes() const { return traced_processes_.load(); }
+  size_t attached_libraries() const { return attached_libraries_.load(); }
+  size_t attached_probes() const { return attached_probes_.load(); }
+
+ private:
+  struct FileKey {
+    dev_t dev;
+    ino_t ino;
+    auto operator<=>(const FileKey&) const = default;
+  };
+  struct Library {
+    std::string path;  // first path seen, for logs
+    std::unique_ptr<LibraryProbes> probes;
+    std::set<int> pids;
+  };
+  struct Pending {
+    std::chrono::steady_clock::time_point next;
+    int attempts = 0;
+  };
+
+  // Scans one process; true if it maps at least one traced library.
+  bool scan_process(int pid);
+  void forget_process(int pid);
+  void publish_counts();
+
+  bpf_program* enter_;
+  bpf_program* exit_;
+  DiscoveryOptions options_;
+  std::map<FileKey, Library> libraries_;
+  std::map<FileKey, std::string> failed_;  // attach failed; not retried for the same file
+  std::map<int, std::set<FileKey>> processes_;
+  std::map<int, Pending> pending_;
+  std::chrono::steady_clock::time_point last_full_scan_{};
+  std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
+};
+
+}  // namespace stallwatch::trace

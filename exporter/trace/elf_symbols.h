@@ -1,0 +1,31 @@
+// Function symbols of an ELF file and the file offsets uprobes attach at.
+// Owns: reading .dynsym/.symtab of one 64-bit little-endian ELF (shared object or executable)
+// over a read-only mmap, and mapping each st_value to a file offset through PT_LOAD headers.
+// Touches only the file it is given; every offset is bounds-checked, so a truncated or hostile
+// file yields an Error, never a crash. Thread-safety: no shared state; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace stallwatch::trace {
+
+struct ElfSymbol {
+  std::string name;           // bare name: "cudaMalloc", never "cudaMalloc@@libcudart.so.12"
+  std::uint64_t file_offset;  // offset in the file, what a uprobe on this path wants
+  std::uint64_t size;         // st_size in bytes, 0 when the ELF does not say
+};
+
+// Defined functions (STT_FUNC and STT_GNU_IFUNC with a section and a non-zero value) from
+// .dynsym and .symtab, one per name, sorted by name. Where a name appears more than once the
+// exported, default-version definition wins (the one the dynamic linker binds callers to).
+// Symbols whose address lies outside every file-backed PT_LOAD range are left out.
+// Errors (message names the path and the problem): cannot open/map, not ELF, not 64-bit
+// little-endian, not an executable or shared object, truncated or inconsistent headers, no
+// symbol table at all.
+Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path);
+
+}  // namespace stallwatch::trace

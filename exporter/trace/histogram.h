@@ -1,0 +1,40 @@
+// Conversions of the in-kernel log2 histograms (bpf/stallwatch.h) into exported buckets.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+extern "C" {
+#include <linux/types.h>
+
+#include "bpf/stallwatch.h"
+}
+
+namespace stallwatch::trace {
+
+using KernelBuckets = std::array<std::uint64_t, SW_HIST_BUCKETS>;
+
+// Upper bound in seconds of kernel bucket k (k < SW_HIST_BUCKETS - 1): 2^(k - 30).
+double bucket_upper_seconds(unsigned k);
+
+// The bucket index the kernel assigns to a duration (same code as the BPF side).
+inline unsigned bucket_of_ns(std::uint64_t ns) { return sw_bucket_of_ns(ns); }
+
+// Exported range: Prometheus `le` bounds 2^kMinExportExp .. 2^kMaxExportExp seconds
+// (about 0.95 µs .. 64 s, 27 bounds) plus +Inf. Kernel buckets below the range fold into the
+// first exported bound, above it into +Inf.
+inline constexpr int kMinExportExp = -20;
+inline constexpr int kMaxExportExp = 6;
+
+std::vector<double> exported_bounds();  // ascending, without +Inf
+
+// Per-bound counts (not cumulative) for exported_bounds(), plus one trailing +Inf count.
+std::vector<std::uint64_t> fold_to_exported(const KernelBuckets& kernel);
+
+// Quantile estimate (0 < q <= 1) from kernel buckets: upper bound of the bucket holding the
+// q-th value, in seconds; 0 for an empty histogram.
+double quantile_upper_seconds(const KernelBuckets& kernel, double q);
+
+}  // namespace stallwatch::trace

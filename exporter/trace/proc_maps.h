@@ -1,0 +1,44 @@
+// Reads /proc/PID/maps: which CUDA libraries (runtime, driver, NCCL) a process has mapped.
+// The parser is pure; the readers touch /proc only. Thread-safe (no shared state).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trace/calls.h"
+
+namespace stallwatch::trace {
+
+struct MapsEntry {
+  std::uint64_t start = 0, end = 0, offset = 0, inode = 0;
+  std::string perms;
+  std::uint32_t dev_major = 0, dev_minor = 0;
+  std::string path;  // may contain spaces; " (deleted)" suffix kept
+};
+
+// Parses one line of /proc/PID/maps; false for a malformed line.
+bool parse_maps_line(std::string_view line, MapsEntry& out);
+
+struct MappedLibrary {
+  std::string path;  // as the process sees it (its mount namespace)
+  Api api;
+  std::uint64_t inode;
+  std::uint32_t dev_major, dev_minor;
+};
+
+// CUDA libraries in a maps text, one per file (deduplicated by path).
+std::vector<MappedLibrary> cuda_libraries_in_maps(std::string_view maps_text);
+
+// Same, read from /proc/PID/maps; empty when the process is gone or unreadable.
+std::vector<MappedLibrary> cuda_libraries_of(int pid);
+
+// Numeric entries of /proc that are processes (tgids).
+std::vector<int> list_pids();
+
+// The file a process maps, opened from the host: /proc/PID/root + path, so libraries inside
+// containers resolve through the container's mount namespace.
+std::string host_path(int pid, const std::string& path);
+
+}  // namespace stallwatch::trace

@@ -1,0 +1,65 @@
+// Owns the BPF skeleton: loads it, attaches the scheduler and discovery programs, and hands
+// out the map fds and the call programs that LibraryProbes attach per library file. Polls the
+// outlier and library-mapping ring buffers. Not thread-safe except where noted: one thread
+// polls; map fds may be read from any thread (the kernel synchronises map access).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "common/result.h"
+
+struct stallwatch_bpf;
+struct ring_buffer;
+struct bpf_program;
+struct bpf_link;
+struct outlier_event;
+struct lib_map_event;
+
+namespace stallwatch::trace {
+
+struct TracerOptions {
+  std::chrono::nanoseconds outlier_threshold{std::chrono::milliseconds(1)};
+};
+
+class Tracer {
+ public:
+  using OutlierHandler = std::function<void(const outlier_event&)>;
+  using LibMapHandler = std::function<void(const lib_map_event&)>;
+
+  // Opens, loads and attaches; the error names what failed and how to fix it.
+  static Result<std::unique_ptr<Tracer>> open(const TracerOptions& options);
+  ~Tracer();
+  Tracer(const Tracer&) = delete;
+  Tracer& operator=(const Tracer&) = delete;
+
+  int call_map_fd() const;
+  int offcpu_map_fd() const;
+  int preemptors_map_fd() const;
+  int lost_map_fd() const;
+  bpf_program* call_enter_program() const;
+  bpf_program* call_exit_program() const;
+
+  void on_outlier(OutlierHandler h) { outlier_handler_ = std::move(h); }
+  void on_lib_map(LibMapHandler h) { lib_map_handler_ = std::move(h); }
+  // Delivers pending ring-buffer records to the handlers; waits at most timeout.
+  Result<int> poll(std::chrono::milliseconds timeout);
+
+ private:
+  Tracer() = default;
+  static int handle_outlier(void* ctx, void* data, size_t size);
+  static int handle_lib_map(void* ctx, void* data, size_t size);
+
+  stallwatch_bpf* skel_ = nullptr;
+  ring_buffer* rings_ = nullptr;
+  OutlierHandler outlier_handler_;
+  LibMapHandler lib_map_handler_;
+};
+
+// Sum of the per-CPU lost-event counters, by enum sw_lost_source.
+std::array<std::uint64_t, 8> read_lost(int lost_map_fd);
+
+}  // namespace stallwatch::trace

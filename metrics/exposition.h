@@ -1,0 +1,27 @@
+// Snapshot → Prometheus metric families (DESIGN.md's table), built fresh for every scrape so
+// that series of vanished workloads disappear. Pure; thread-safe.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <string>
+#include <vector>
+
+#include "common/snapshot.h"
+
+namespace stallwatch::metrics {
+
+struct BuildInfo {
+  std::string version;
+  std::string revision;
+};
+
+std::vector<prometheus::MetricFamily> to_families(const Snapshot& snap, const BuildInfo& build);
+
+// The text exposition format (version 0.0.4) of the families.
+std::string render_text(const std::vector<prometheus::MetricFamily>& families);
+
+// The `source` label of stallwatch_events_lost_total for each enum sw_lost_source.
+const char* lost_source_name(unsigned source);
+
+}  // namespace stallwatch::metrics

@@ -1,0 +1,136 @@
+#include "metrics/http_server.h"
+
+#include <CivetServer.h>
+
+#include <functional>
+#include <sstream>
+
+#include "common/json.h"
+#include "trace/calls.h"
+#include "trace/histogram.h"
+
+namespace stallwatch::metrics {
+namespace {
+
+void reply(mg_connection* conn, int status, const char* type, const std::string& body) {
+  mg_printf(conn,
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+            status, status == 200 ? "OK" : "Service Unavailable", type, body.size());
+  mg_write(conn, body.data(), body.size());
+}
+
+class Handler : public CivetHandler {
+ public:
+  using Fn = std::function<void(mg_connection*)>;
+  explicit Handler(Fn fn) : fn_(std::move(fn)) {}
+  bool handleGet(CivetServer*, mg_connection* conn) override {
+    fn_(conn);
+    return true;
+  }
+
+ private:
+  Fn fn_;
+};
+
+}  // namespace
+
+struct HttpServer::Handlers {
+  Handler metrics, healthz, debug;
+};
+
+std::string snapshot_json(const Snapshot& snap) {
+  auto calls = trace::all_calls();
+  std::ostringstream o;
+  o << "{\"sequence\":" << snap.sequence << ",\"ready\":" << (snap.ready ? "true" : "false")
+    << ",\"traced_processes\":" << snap.traced_processes
+    << ",\"attached_libraries\":" << snap.attached_libraries
+    << ",\"attached_probes\":" << snap.attached_probes << ",\"outliers\":" << snap.outliers
+    << ",\"lost\":{";
+  for (unsigned i = 0; i < SW_LOST_MAX; ++i) {
+    o << (i ? "," : "") << json_string(lost_source_name(i)) << ":" << snap.lost[i];
+  }
+  o << "},\"series\":[";
+  bool first = true;
+  for (const auto& [label, s] : snap.series) {
+    o << (first ? "" : ",") << "{\"cgroup\":" << json_string(label)
+      << ",\"container_id\":" << json_string(s.identity.container_id)
+      << ",\"offcpu\":{\"runnable_ns\":" << s.offcpu.runnable_ns
+      << ",\"blocked_ns\":" << s.offcpu.blocked_ns << ",\"oncpu_ns\":" << s.offcpu.oncpu_ns
+      << ",\"preemptions\":" << s.offcpu.preemptions
+      << ",\"runnable_ratio\":" << json_number(s.runnable_ratio)
+      << ",\"blocked_ratio\":" << json_number(s.blocked_ratio) << "},\"calls\":[";
+    first = false;
+    bool fc = true;
+    for (const auto& [id, t] : s.calls) {
+      if (id >= calls.size()) continue;
+      o << (fc ? "" : ",") << "{\"call\":" << json_string(calls[id].name)
+        << ",\"api\":" << json_string(trace::api_name(calls[id].api)) << ",\"count\":" << t.count
+        << ",\"sum_ns\":" << t.sum_ns << ",\"runnable_ns\":" << t.runnable_ns
+        << ",\"blocked_ns\":" << t.blocked_ns << ",\"max_ns\":" << t.max_ns
+        << ",\"p50_s\":" << json_number(trace::quantile_upper_seconds(t.buckets, 0.5))
+        << ",\"p99_s\":" << json_number(trace::quantile_upper_seconds(t.buckets, 0.99)) << "}";
+      fc = false;
+    }
+    o << "],\"processes\":[";
+    fc = true;
+    for (const auto& p : s.processes) {
+      if (p.call_id >= calls.size()) continue;
+      o << (fc ? "" : ",") << "{\"pid\":" << p.pid << ",\"call\":" << json_string(calls[p.call_id].name)
+        << ",\"count\":" << p.totals.count << ",\"runnable_ns\":" << p.totals.runnable_ns << "}";
+      fc = false;
+    }
+    o << "],\"preemptors\":[";
+    fc = true;
+    for (const auto& p : s.preemptors) {
+      o << (fc ? "" : ",") << "{\"pid\":" << p.pid << ",\"comm\":" << json_string(p.comm)
+        << ",\"cgroup\":" << json_string(p.cgroup) << ",\"victim_pid\":" << p.victim_pid
+        << ",\"runnable_ns\":" << p.runnable_ns << ",\"count\":" << p.count << "}";
+      fc = false;
+    }
+    o << "]}";
+  }
+  o << "]}\n";
+  return o.str();
+}
+
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,
+                                                      const SnapshotBoard& board,
+                                                      BuildInfo build) {
+  std::unique_ptr<HttpServer> s(new HttpServer());
+  s->handlers_ = std::make_unique<Handlers>(Handlers{
+      Handler([&board, build](mg_connection* c) {
+        auto snap = board.current();
+        reply(c, 200, "text/plain; version=0.0.4; charset=utf-8",
+              render_text(to_families(*snap, build)));
+      }),
+      Handler([&board](mg_connection* c) {
+        auto snap = board.current();
+        if (snap->ready) {
+          reply(c, 200, "text/plain", "ok\n");
+        } else {
+          reply(c, 503, "text/plain", "starting: probes not attached yet\n");
+        }
+      }),
+      Handler([&board](mg_connection* c) {
+        reply(c, 200, "application/json", snapshot_json(*board.current()));
+      })});
+  std::vector<std::string> options = {"listening_ports", listen, "num_threads", "2",
+                                      "request_timeout_ms", "10000"};
+  try {
+    s->server_ = std::make_unique<CivetServer>(options);
+  } catch (const CivetException& e) {
+    return make_error("cannot listen on " + listen + ": " + e.what() +
+                      " (is another process using the port? pick one with --listen ADDR:PORT)");
+  }
+  s->server_->addHandler("/metrics", s->handlers_->metrics);
+  s->server_->addHandler("/healthz", s->handlers_->healthz);
+  s->server_->addHandler("/debug/snapshot", s->handlers_->debug);
+  return s;
+}
+
+HttpServer::~HttpServer() {
+  if (server_) server_->close();
+}
+
+}  // namespace stallwatch::metrics

@@ -1,0 +1,514 @@
+// cuda_workload: a CUDA-calling process for privileged tests. It dlopen()s libcudart (and
+// optionally libcuda) by path, the way frameworks load them, and makes an exact, known number of
+// calls through the real entry points with correctly typed arguments, so a test can compare the
+// daemon's histogram counts with what was done. Links only with -ldl -lpthread; no CUDA headers.
+// Works against the mocks in this folder; arguments are plausible but not valid on a real GPU.
+#define _GNU_SOURCE
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char kUsage[] =
+    "usage: cuda_workload --cudart PATH [--cuda PATH] [--calls SPEC] [--iterations N]\n"
+    "                     [--threads T] [--start-delay-ms D] [--ready-fd FD] [--go-fd FD]\n"
+    "                     [--spacing-us U]\n"
+    "Loads CUDA libraries with dlopen and calls them through dlsym'd pointers.\n"
+    "  --cudart PATH        libcudart to load (required)\n"
+    "  --cuda PATH          libcuda to load as well (needed for cu* names)\n"
+    "  --calls SPEC         comma list of name:count, done in order by every thread on every\n"
+    "                       iteration; a name is looked up in the cudart handle first, then\n"
+    "                       the cuda one (default "
+    "cudaMalloc:1,cudaLaunchKernel:10,cudaStreamSynchronize:10,cudaFree:1)\n"
+    "  --iterations N       times each thread runs SPEC (default 1)\n"
+    "  --threads T          calling threads (default 1)\n"
+    "  --start-delay-ms D   sleep after loading, before the first call (default 0)\n"
+    "  --ready-fd FD        then write one byte 'r' to FD\n"
+    "  --go-fd FD           then block until one byte is read from FD\n"
+    "  --spacing-us U       sleep between two calls of the same thread (default 0)\n"
+    "Makes exactly sum(count) * N * T calls, prints 'calls=<total> threads=<T> pid=<pid>' and\n"
+    "exits 0. Exit 2: bad usage or a call name that is unknown or not exported; exit 1: a\n"
+    "library cannot be loaded, a thread cannot start, or the ready/go pipe fails.\n";
+
+static const char kDefaultSpec[] =
+    "cudaMalloc:1,cudaLaunchKernel:10,cudaStreamSynchronize:10,cudaFree:1";
+
+// ---- CUDA types, declared locally with the real layouts (cuda_runtime_api.h, cuda.h) ----
+typedef int cudaError_t;
+typedef int CUresult;
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUfunc_st* CUfunction;
+typedef unsigned long long CUdeviceptr;
+typedef struct dim3 {
+  unsigned int x, y, z;
+} dim3;
+enum cudaMemcpyKind { cudaMemcpyDefault = 4 };
+enum { cudaMemAttachGlobal = 1 };
+typedef struct CUlaunchConfig_st {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  struct CUlaunchAttribute_st* attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+
+enum { kAllocBytes = 1024, kCopyBytes = 4096, kMaxLive = 4096 };
+
+// What one calling thread owns: buffers to copy between and the allocations not yet freed
+// (cudaFree/cuMemFree_v2 release the newest one, or pass NULL/0 when there is none).
+struct thread_ctx {
+  unsigned char src[kCopyBytes];
+  unsigned char dst[kCopyBytes];
+  void* live[kMaxLive];
+  int nlive;
+  CUdeviceptr dlive[kMaxLive];
+  int ndlive;
+};
+
+static void keep(struct thread_ctx* c, void* p) {
+  if (p != NULL && c->nlive < kMaxLive) c->live[c->nlive++] = p;  // beyond that: leaked
+}
+static void* take(struct thread_ctx* c) { return c->nlive > 0 ? c->live[--c->nlive] : NULL; }
+static void dkeep(struct thread_ctx* c, CUdeviceptr p) {
+  if (p != 0 && c->ndlive < kMaxLive) c->dlive[c->ndlive++] = p;
+}
+static CUdeviceptr dtake(struct thread_ctx* c) { return c->ndlive > 0 ? c->dlive[--c->ndlive] : 0; }
+static CUdeviceptr dev(const void* p) { return (CUdeviceptr)(uintptr_t)p; }
+
+// Stands in for a kernel's host stub / a CUfunction handle; only its address is used.
+static const char kernel_stub[16];
+static int kernel_arg = 42;
+static void* kernel_args[] = {&kernel_arg};
+
+// ---- one caller per signature: cast the symbol to its real type and call it ----
+// Each returns the CUDA status (0 on success).
+typedef int (*caller_fn)(void* sym, struct thread_ctx* c);
+
+static int call_malloc(void* sym, struct thread_ctx* c) {
+  void* p = NULL;
+  int rc = ((cudaError_t(*)(void**, size_t))sym)(&p, kAllocBytes);
+  if (rc == 0) keep(c, p);
+  return rc;
+}
+static int call_malloc_managed(void* sym, struct thread_ctx* c) {
+  void* p = NULL;
+  int rc =
+      ((cudaError_t(*)(void**, size_t, unsigned int))sym)(&p, kAllocBytes, cudaMemAttachGlobal);
+  if (rc == 0) keep(c, p);
+  return rc;
+}
+static int call_malloc_async(void* sym, struct thread_ctx* c) {
+  void* p = NULL;
+  int rc = ((cudaError_t(*)(void**, size_t, cudaStream_t))sym)(&p, kAllocBytes, NULL);
+  if (rc == 0) keep(c, p);
+  return rc;
+}
+static int call_free(void* sym, struct thread_ctx* c) {
+  return ((cudaError_t(*)(void*))sym)(take(c));
+}
+static int call_free_async(void* sym, struct thread_ctx* c) {
+  return ((cudaError_t(*)(void*, cudaStream_t))sym)(take(c), NULL);
+}
+static int call_launch_kernel(void* sym, struct thread_ctx* c) {
+  (void)c;
+  dim3 grid = {64, 1, 1}, block = {256, 1, 1};
+  return ((cudaError_t(*)(const void*, dim3, dim3, void**, size_t, cudaStream_t))sym)(
+      kernel_stub, grid, block, kernel_args, 0, NULL);
+}
+static int call_memcpy(void* sym, struct thread_ctx* c) {
+  return ((cudaError_t(*)(void*, const void*, size_t, enum cudaMemcpyKind))sym)(
+      c->dst, c->src, kCopyBytes, cudaMemcpyDefault);
+}
+static int call_memcpy_async(void* sym, struct thread_ctx* c) {
+  return ((cudaError_t(*)(void*, const void*, size_t, enum cudaMemcpyKind, cudaStream_t))sym)(
+      c->dst, c->src, kCopyBytes, cudaMemcpyDefault, NULL);
+}
+static int call_memset(void* sym, struct thread_ctx* c) {
+  return ((cudaError_t(*)(void*, int, size_t))sym)(c->dst, 0, kCopyBytes);
+}
+static int call_stream_sync(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((cudaError_t(*)(cudaStream_t))sym)(NULL);
+}
+static int call_device_sync(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((cudaError_t(*)(void))sym)();
+}
+static int call_event_sync(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((cudaError_t(*)(cudaEvent_t))sym)(NULL);
+}
+static int call_graph_launch(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((cudaError_t(*)(cudaGraphExec_t, cudaStream_t))sym)(NULL, NULL);
+}
+static int call_get_version(void* sym, struct thread_ctx* c) {  // cuda{Runtime,Driver}GetVersion
+  (void)c;
+  int version = 0;
+  return ((int (*)(int*))sym)(&version);
+}
+static int call_mock_version(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((int (*)(void))sym)() > 0 ? 0 : 1;
+}
+static int call_cu_launch_kernel(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((CUresult(*)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                       unsigned int, unsigned int, unsigned int, CUstream, void**, void**))sym)(
+      (CUfunction)kernel_stub, 64, 1, 1, 256, 1, 1, 0, NULL, kernel_args, NULL);
+}
+static int call_cu_launch_kernel_ex(void* sym, struct thread_ctx* c) {
+  (void)c;
+  CUlaunchConfig config = {64, 1, 1, 256, 1, 1, 0, NULL, NULL, 0};
+  return ((CUresult(*)(const CUlaunchConfig*, CUfunction, void**, void**))sym)(
+      &config, (CUfunction)kernel_stub, kernel_args, NULL);
+}
+static int call_cu_mem_alloc(void* sym, struct thread_ctx* c) {
+  CUdeviceptr p = 0;
+  int rc = ((CUresult(*)(CUdeviceptr*, size_t))sym)(&p, kAllocBytes);
+  if (rc == 0) dkeep(c, p);
+  return rc;
+}
+static int call_cu_mem_free(void* sym, struct thread_ctx* c) {
+  return ((CUresult(*)(CUdeviceptr))sym)(dtake(c));
+}
+static int call_cu_memcpy(void* sym, struct thread_ctx* c) {
+  return ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t))sym)(dev(c->dst), dev(c->src), kCopyBytes);
+}
+static int call_cu_memcpy_async(void* sym, struct thread_ctx* c) {
+  return ((CUresult(*)(CUdeviceptr, CUdeviceptr, size_t, CUstream))sym)(dev(c->dst), dev(c->src),
+                                                                        kCopyBytes, NULL);
+}
+static int call_cu_memcpy_htod(void* sym, struct thread_ctx* c) {
+  return ((CUresult(*)(CUdeviceptr, const void*, size_t))sym)(dev(c->dst), c->src, kCopyBytes);
+}
+static int call_cu_memcpy_dtoh(void* sym, struct thread_ctx* c) {
+  return ((CUresult(*)(void*, CUdeviceptr, size_t))sym)(c->dst, dev(c->src), kCopyBytes);
+}
+static int call_cu_ctx_sync(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((CUresult(*)(void))sym)();
+}
+static int call_cu_stream_sync(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((CUresult(*)(CUstream))sym)(NULL);
+}
+static int call_cu_event_sync(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((CUresult(*)(CUevent))sym)(NULL);
+}
+static int call_cu_graph_launch(void* sym, struct thread_ctx* c) {
+  (void)c;
+  return ((CUresult(*)(CUgraphExec, CUstream))sym)(NULL, NULL);
+}
+
+struct call_kind {
+  const char* name;
+  caller_fn call;
+};
+
+// Every name the workload knows how to call; per-thread-stream variants share the signature.
+static const struct call_kind kCalls[] = {
+    {"cudaMalloc", call_malloc},
+    {"cudaMallocManaged", call_malloc_managed},
+    {"cudaMallocAsync", call_malloc_async},
+    {"cudaMallocAsync_ptsz", call_malloc_async},
+    {"cudaFree", call_free},
+    {"cudaFreeAsync", call_free_async},
+    {"cudaFreeAsync_ptsz", call_free_async},
+    {"cudaLaunchKernel", call_launch_kernel},
+    {"cudaLaunchKernel_ptsz", call_launch_kernel},
+    {"cudaMemcpy", call_memcpy},
+    {"cudaMemcpy_ptds", call_memcpy},
+    {"cudaMemcpyAsync", call_memcpy_async},
+    {"cudaMemcpyAsync_ptsz", call_memcpy_async},
+    {"cudaMemset", call_memset},
+    {"cudaMemset_ptds", call_memset},
+    {"cudaStreamSynchronize", call_stream_sync},
+    {"cudaStreamSynchronize_ptsz", call_stream_sync},
+    {"cudaDeviceSynchronize", call_device_sync},
+    {"cudaEventSynchronize", call_event_sync},
+    {"cudaGraphLaunch", call_graph_launch},
+    {"cudaGraphLaunch_ptsz", call_graph_launch},
+    {"cudaRuntimeGetVersion", call_get_version},
+    {"mock_cuda_version", call_mock_version},
+    {"cuLaunchKernel", call_cu_launch_kernel},
+    {"cuLaunchKernel_ptsz", call_cu_launch_kernel},
+    {"cuLaunchKernelEx", call_cu_launch_kernel_ex},
+    {"cuLaunchKernelEx_ptsz", call_cu_launch_kernel_ex},
+    {"cuMemAlloc_v2", call_cu_mem_alloc},
+    {"cuMemFree_v2", call_cu_mem_free},
+    {"cuMemcpy", call_cu_memcpy},
+    {"cuMemcpy_ptds", call_cu_memcpy},
+    {"cuMemcpyAsync", call_cu_memcpy_async},
+    {"cuMemcpyAsync_ptsz", call_cu_memcpy_async},
+    {"cuMemcpyHtoD_v2", call_cu_memcpy_htod},
+    {"cuMemcpyHtoD_v2_ptds", call_cu_memcpy_htod},
+    {"cuMemcpyDtoH_v2", call_cu_memcpy_dtoh},
+    {"cuMemcpyDtoH_v2_ptds", call_cu_memcpy_dtoh},
+    {"cuCtxSynchronize", call_cu_ctx_sync},
+    {"cuStreamSynchronize", call_cu_stream_sync},
+    {"cuStreamSynchronize_ptsz", call_cu_stream_sync},
+    {"cuEventSynchronize", call_cu_event_sync},
+    {"cuGraphLaunch", call_cu_graph_launch},
+    {"cuGraphLaunch_ptsz", call_cu_graph_launch},
+    {"cuDriverGetVersion", call_get_version},
+};
+
+// One resolved entry of SPEC.
+struct step {
+  const char* name;
+  caller_fn call;
+  void* sym;
+  unsigned long count;
+};
+
+struct plan {
+  struct step* steps;
+  size_t nsteps;
+  unsigned long iterations;
+  unsigned long spacing_us;
+};
+
+static unsigned long long calls_made;  // updated with __atomic builtins
+static unsigned long long calls_failed;
+
+__attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "cuda_workload: ");
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n%s", kUsage);
+  exit(2);
+}
+
+// Whole-string unsigned decimal in [0, max]; anything else is a usage error naming the flag.
+static unsigned long parse_number(const char* text, unsigned long max, const char* what) {
+  char* end = NULL;
+  errno = 0;
+  if (text[0] < '0' || text[0] > '9') usage_error("%s needs a non-negative whole number", what);
+  unsigned long v = strtoul(text, &end, 10);
+  if (errno != 0 || *end != '\0' || v > max)
+    usage_error("%s: number out of range or malformed", what);
+  return v;
+}
+
+static void sleep_us(unsigned long us) {
+  struct timespec left = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+static caller_fn find_caller(const char* name) {
+  for (size_t i = 0; i < sizeof(kCalls) / sizeof(kCalls[0]); ++i) {
+    if (strcmp(kCalls[i].name, name) == 0) return kCalls[i].call;
+  }
+  return NULL;
+}
+
+// Parses SPEC ("name:count,...") and resolves every name, cudart first, then cuda.
+static void build_plan(char* spec, void* cudart, void* cuda, struct plan* p) {
+  size_t max_steps = 1;
+  for (const char* s = spec; *s != '\0'; ++s) max_steps += (*s == ',');
+  p->steps = calloc(max_steps, sizeof(*p->steps));
+  if (p->steps == NULL) {
+    perror("cuda_workload: calloc");
+    exit(1);
+  }
+  p->nsteps = 0;
+  char* save = NULL;
+  for (char* item = strtok_r(spec, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+    char* colon = strchr(item, ':');
+    if (colon == NULL) usage_error("--calls entry '%s' is not name:count", item);
+    *colon = '\0';
+    struct step* st = &p->steps[p->nsteps];
+    st->name = item;
+    st->count = parse_number(colon + 1, 1000000000UL, "--calls count");
+    st->call = find_caller(item);
+    if (st->call == NULL)
+      usage_error("unknown call '%s' (not a CUDA function this tool knows)", item);
+    st->sym = dlsym(cudart, item);
+    if (st->sym == NULL && cuda != NULL) st->sym = dlsym(cuda, item);
+    if (st->sym == NULL) {
+      usage_error(cuda != NULL ? "'%s' is exported by neither --cudart nor --cuda"
+                               : "'%s' is not exported by --cudart (driver calls need --cuda)",
+                  item);
+    }
+    p->nsteps++;
+  }
+  if (p->nsteps == 0) usage_error("--calls names no call");
+}
+
+static void* run_thread(void* arg) {
+  const struct plan* p = arg;
+  struct thread_ctx* ctx = calloc(1, sizeof(*ctx));
+  if (ctx == NULL) {
+    perror("cuda_workload: calloc");
+    exit(1);
+  }
+  memset(ctx->src, 0xab, sizeof(ctx->src));
+  int first = 1;
+  for (unsigned long it = 0; it < p->iterations; ++it) {
+    for (size_t s = 0; s < p->nsteps; ++s) {
+      const struct step* st = &p->steps[s];
+      for (unsigned long n = 0; n < st->count; ++n) {
+        if (!first && p->spacing_us > 0) sleep_us(p->spacing_us);
+        first = 0;
+        int rc = st->call(st->sym, ctx);
+        __atomic_fetch_add(&calls_made, 1, __ATOMIC_RELAXED);
+        if (rc != 0) __atomic_fetch_add(&calls_failed, 1, __ATOMIC_RELAXED);
+      }
+    }
+  }
+  // Allocations still live are left to process exit: freeing them would take extra calls.
+  free(ctx);
+  return NULL;
+}
+
+static void* load(const char* path, const char* flag) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    fprintf(stderr, "cuda_workload: %s %s: %s\n", flag, path, dlerror());
+    exit(1);
+  }
+  return h;
+}
+
+int main(int argc, char** argv) {
+  const char* cudart_path = NULL;
+  const char* cuda_path = NULL;
+  const char* spec_arg = kDefaultSpec;
+  unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
+  long ready_fd = -1, go_fd = -1;
+
+  static const struct option kOptions[] = {
+      {"cudart", required_argument, NULL, 'r'},
+      {"cuda", required_argument, NULL, 'c'},
+      {"calls", required_argument, NULL, 's'},
+      {"iterations", required_argument, NULL, 'i'},
+      {"threads", required_argument, NULL, 't'},
+      {"start-delay-ms", required_argument, NULL, 'd'},
+      {"ready-fd", required_argument, NULL, 'R'},
+      {"go-fd", required_argument, NULL, 'G'},
+      {"spacing-us", required_argument, NULL, 'u'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0},
+  };
+  int opt;
+  while ((opt = getopt_long(argc, argv, "h", kOptions, NULL)) != -1) {
+    switch (opt) {
+      case 'r':
+        cudart_path = optarg;
+        break;
+      case 'c':
+        cuda_path = optarg;
+        break;
+      case 's':
+        spec_arg = optarg;
+        break;
+      case 'i':
+        iterations = parse_number(optarg, 1000000000UL, "--iterations");
+        break;
+      case 't':
+        threads = parse_number(optarg, 4096, "--threads");
+        break;
+      case 'd':
+        start_delay_ms = parse_number(optarg, 3600000UL, "--start-delay-ms");
+        break;
+      case 'R':
+        ready_fd = (long)parse_number(optarg, 1 << 20, "--ready-fd");
+        break;
+      case 'G':
+        go_fd = (long)parse_number(optarg, 1 << 20, "--go-fd");
+        break;
+      case 'u':
+        spacing_us = parse_number(optarg, 60000000UL, "--spacing-us");
+        break;
+      case 'h':
+        fputs(kUsage, stdout);
+        return 0;
+      default:
+        fputs(kUsage, stderr);
+        return 2;
+    }
+  }
+  if (optind != argc) usage_error("unexpected argument '%s'", argv[optind]);
+  if (cudart_path == NULL) usage_error("--cudart PATH is required");
+  if (threads == 0) usage_error("--threads must be at least 1");
+
+  void* cudart = load(cudart_path, "--cudart");
+  void* cuda = cuda_path != NULL ? load(cuda_path, "--cuda") : NULL;
+  char* spec = strdup(spec_arg);
+  if (spec == NULL) {
+    perror("cuda_workload: strdup");
+    return 1;
+  }
+  struct plan plan = {NULL, 0, iterations, spacing_us};
+  build_plan(spec, cudart, cuda, &plan);
+
+  if (start_delay_ms > 0) sleep_us(start_delay_ms * 1000);  // stands in for context creation
+  signal(SIGPIPE, SIG_IGN);  // a vanished test then shows as EPIPE, not a silent death
+  if (ready_fd >= 0) {
+    ssize_t n;
+    while ((n = write((int)ready_fd, "r", 1)) < 0 && errno == EINTR) {
+    }
+    if (n != 1) {
+      fprintf(stderr, "cuda_workload: write --ready-fd %ld: %s\n", ready_fd, strerror(errno));
+      return 1;
+    }
+  }
+  if (go_fd >= 0) {
+    char go;
+    ssize_t n;
+    while ((n = read((int)go_fd, &go, 1)) < 0 && errno == EINTR) {
+    }
+    if (n != 1) {
+      fprintf(stderr, "cuda_workload: read --go-fd %ld: %s\n", go_fd,
+              n == 0 ? "closed before the go byte" : strerror(errno));
+      return 1;
+    }
+  }
+
+  pthread_t* tids = calloc(threads, sizeof(*tids));
+  if (tids == NULL) {
+    perror("cuda_workload: calloc");
+    return 1;
+  }
+  for (unsigned long i = 0; i < threads; ++i) {
+    int err = pthread_create(&tids[i], NULL, run_thread, &plan);
+    if (err != 0) {
+      fprintf(stderr, "cuda_workload: pthread_create: %s\n", strerror(err));
+      for (unsigned long j = 0; j < i; ++j) pthread_join(tids[j], NULL);
+      return 1;
+    }
+  }
+  for (unsigned long i = 0; i < threads; ++i) pthread_join(tids[i], NULL);
+
+  if (calls_failed != 0) {
+    fprintf(stderr, "cuda_workload: warning: %llu of %llu calls returned an error\n", calls_failed,
+            calls_made);
+  }
+  printf("calls=%llu threads=%lu pid=%ld\n", calls_made, threads, (long)getpid());
+  fflush(stdout);
+  free(tids);
+  free(plan.steps);
+  free(spec);
+  // The libraries stay loaded until exit, like a CUDA process (no dlclose at teardown).
+  return 0;
+}

@@ -1,0 +1,254 @@
+// Mock CUDA driver API, built as libcuda.so.1: the real exported names with the real C
+// signatures (CUDA 12 cuda.h, including the _v2 names the header macros map to and the
+// per-thread-default-stream _ptsz/_ptds variants). No GPU; independent of the mock libcudart.
+//
+// Behaviour, for tests:
+//  - every call succeeds (returns CUDA_SUCCESS = 0) unless an output pointer is NULL;
+//  - cuMemAlloc_v2 hands out host memory from malloc, cuMemFree_v2 frees it;
+//  - copies are no-ops (CUdeviceptr values in tests may be fake, so nothing is dereferenced);
+//  - the synchronize calls spin until the calling thread has used MOCK_CUDA_SYNC_CPU_US
+//    microseconds of CPU (default 50), so CPU contention inflates their wall time.
+// Every entry point is noinline and marks its own index, so each keeps a distinct address.
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define MOCK_API __attribute__((noinline, used, visibility("default")))
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUstream_st* CUstream;
+typedef struct CUevent_st* CUevent;
+typedef struct CUfunc_st* CUfunction;
+typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;  // only used through a pointer
+
+typedef struct CUlaunchConfig_st {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+
+enum {
+  CUDA_SUCCESS = 0,
+  CUDA_ERROR_INVALID_VALUE = 1,
+  CUDA_ERROR_OUT_OF_MEMORY = 2,
+};
+
+// Each entry point stores its own index here, so no two bodies are identical and none can be
+// folded onto another's address. A plain relaxed store, not a counter: an atomic increment
+// would put a lock-prefixed instruction first, and x86 uprobes refuse to probe those.
+enum {
+  kCuLaunchKernel,
+  kCuLaunchKernelPtsz,
+  kCuLaunchKernelEx,
+  kCuLaunchKernelExPtsz,
+  kCuMemAlloc,
+  kCuMemFree,
+  kCuMemcpy,
+  kCuMemcpyPtds,
+  kCuMemcpyAsync,
+  kCuMemcpyAsyncPtsz,
+  kCuMemcpyHtoD,
+  kCuMemcpyHtoDPtds,
+  kCuMemcpyDtoH,
+  kCuMemcpyDtoHPtds,
+  kCuCtxSynchronize,
+  kCuStreamSynchronize,
+  kCuStreamSynchronizePtsz,
+  kCuEventSynchronize,
+  kCuGraphLaunch,
+  kCuGraphLaunchPtsz,
+  kCuDriverGetVersion,
+};
+static volatile int last_call = -1;
+
+static void mark(int kind) { __atomic_store_n(&last_call, kind, __ATOMIC_RELAXED); }
+
+static long sync_cpu_us_cache = -1;
+
+// MOCK_CUDA_SYNC_CPU_US, read once (racing first readers compute the same value).
+static long sync_cpu_us(void) {
+  long v = __atomic_load_n(&sync_cpu_us_cache, __ATOMIC_RELAXED);
+  if (v >= 0) return v;
+  v = 50;
+  const char* text = getenv("MOCK_CUDA_SYNC_CPU_US");
+  if (text != NULL && *text != '\0') {
+    char* end = NULL;
+    errno = 0;
+    long parsed = strtol(text, &end, 10);
+    if (errno == 0 && *end == '\0' && parsed >= 0) v = parsed;
+  }
+  __atomic_store_n(&sync_cpu_us_cache, v, __ATOMIC_RELAXED);
+  return v;
+}
+
+static long long thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// Busy-waits until this thread has consumed MOCK_CUDA_SYNC_CPU_US of CPU time: preempted time
+// does not count, so under contention the wall time of the call grows.
+static void spin_wait(void) {
+  long us = sync_cpu_us();
+  if (us == 0) return;
+  long long until = thread_cpu_ns() + (long long)us * 1000LL;
+  while (thread_cpu_ns() < until) {
+  }
+}
+
+MOCK_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                 unsigned int gridDimZ, unsigned int blockDimX,
+                                 unsigned int blockDimY, unsigned int blockDimZ,
+                                 unsigned int sharedMemBytes, CUstream hStream, void** kernelParams,
+                                 void** extra) {
+  mark(kCuLaunchKernel);
+  (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
+  (void)blockDimZ, (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                      unsigned int gridDimZ, unsigned int blockDimX,
+                                      unsigned int blockDimY, unsigned int blockDimZ,
+                                      unsigned int sharedMemBytes, CUstream hStream,
+                                      void** kernelParams, void** extra) {
+  mark(kCuLaunchKernelPtsz);
+  (void)f, (void)gridDimX, (void)gridDimY, (void)gridDimZ, (void)blockDimX, (void)blockDimY;
+  (void)blockDimZ, (void)sharedMemBytes, (void)hStream, (void)kernelParams, (void)extra;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                                   void** extra) {
+  mark(kCuLaunchKernelEx);
+  (void)f, (void)kernelParams, (void)extra;
+  return config != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+MOCK_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                        void** kernelParams, void** extra) {
+  mark(kCuLaunchKernelExPtsz);
+  (void)f, (void)kernelParams, (void)extra;
+  return config != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+MOCK_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  mark(kCuMemAlloc);
+  if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
+  void* p = malloc(bytesize != 0 ? bytesize : 1);
+  *dptr = (CUdeviceptr)(uintptr_t)p;
+  return p != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+MOCK_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  mark(kCuMemFree);
+  free((void*)(uintptr_t)dptr);
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  mark(kCuMemcpy);
+  (void)dst, (void)src, (void)ByteCount;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount) {
+  mark(kCuMemcpyPtds);
+  (void)dst, (void)src, (void)ByteCount;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                                CUstream hStream) {
+  mark(kCuMemcpyAsync);
+  (void)dst, (void)src, (void)ByteCount, (void)hStream;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                                     CUstream hStream) {
+  mark(kCuMemcpyAsyncPtsz);
+  (void)dst, (void)src, (void)ByteCount, (void)hStream;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void* srcHost, size_t ByteCount) {
+  mark(kCuMemcpyHtoD);
+  (void)dstDevice, (void)srcHost, (void)ByteCount;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void* srcHost,
+                                       size_t ByteCount) {
+  mark(kCuMemcpyHtoDPtds);
+  (void)dstDevice, (void)srcHost, (void)ByteCount;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpyDtoH_v2(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  mark(kCuMemcpyDtoH);
+  (void)dstHost, (void)srcDevice, (void)ByteCount;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemcpyDtoH_v2_ptds(void* dstHost, CUdeviceptr srcDevice, size_t ByteCount) {
+  mark(kCuMemcpyDtoHPtds);
+  (void)dstHost, (void)srcDevice, (void)ByteCount;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuCtxSynchronize(void) {
+  mark(kCuCtxSynchronize);
+  spin_wait();
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuStreamSynchronize(CUstream hStream) {
+  mark(kCuStreamSynchronize);
+  (void)hStream;
+  spin_wait();
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  mark(kCuStreamSynchronizePtsz);
+  (void)hStream;
+  spin_wait();
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuEventSynchronize(CUevent hEvent) {
+  mark(kCuEventSynchronize);
+  (void)hEvent;
+  spin_wait();
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  mark(kCuGraphLaunch);
+  (void)hGraphExec, (void)hStream;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  mark(kCuGraphLaunchPtsz);
+  (void)hGraphExec, (void)hStream;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuDriverGetVersion(int* driverVersion) {
+  mark(kCuDriverGetVersion);
+  if (driverVersion == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *driverVersion = 12040;
+  return CUDA_SUCCESS;
+}

@@ -1,0 +1,285 @@
+// Mock CUDA runtime, built as libcudart.so.12: the real exported names with the real C
+// signatures (CUDA 12 cuda_runtime_api.h), so uprobes, discovery and the workload see what they
+// would see on a GPU host. No GPU and no driver: this library never calls libcuda.
+//
+// Behaviour, for tests:
+//  - every call succeeds (returns 0) unless an output pointer is NULL;
+//  - "device" memory is host memory from malloc, freed by cudaFree / cudaFreeAsync;
+//  - cudaMemcpy* copy only for cudaMemcpyHostToHost / cudaMemcpyDefault with both pointers
+//    non-NULL; other copies and cudaMemset* are no-ops (safe with fake device pointers);
+//  - the synchronize calls spin until the calling thread has used MOCK_CUDA_SYNC_CPU_US
+//    microseconds of CPU (default 50), so CPU contention inflates their wall time the way it
+//    inflates a real spin-wait;
+//  - cudaMalloc sleeps MOCK_CUDA_MALLOC_US microseconds of wall time (default 0): allocator stall.
+// Every entry point is noinline and marks its own index, so each keeps a distinct address
+// (no identical-code folding) and a uprobe on one never fires for another.
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MOCK_API __attribute__((noinline, used, visibility("default")))
+
+typedef int cudaError_t;
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+typedef struct CUgraphExec_st* cudaGraphExec_t;
+
+struct dim3 {
+  unsigned int x, y, z;
+};
+typedef struct dim3 dim3;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+enum {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+};
+
+// Each entry point stores its own index here, so no two bodies are identical and none can be
+// folded onto another's address. A plain relaxed store, not a counter: an atomic increment
+// would put a lock-prefixed instruction first, and x86 uprobes refuse to probe those.
+enum {
+  kCudaMalloc,
+  kCudaFree,
+  kCudaMallocManaged,
+  kCudaMallocAsync,
+  kCudaMallocAsyncPtsz,
+  kCudaFreeAsync,
+  kCudaFreeAsyncPtsz,
+  kCudaLaunchKernel,
+  kCudaLaunchKernelPtsz,
+  kCudaMemcpy,
+  kCudaMemcpyPtds,
+  kCudaMemcpyAsync,
+  kCudaMemcpyAsyncPtsz,
+  kCudaMemset,
+  kCudaMemsetPtds,
+  kCudaStreamSynchronize,
+  kCudaStreamSynchronizePtsz,
+  kCudaDeviceSynchronize,
+  kCudaEventSynchronize,
+  kCudaGraphLaunch,
+  kCudaGraphLaunchPtsz,
+  kCudaRuntimeGetVersion,
+  kMockCudaVersion,
+};
+static volatile int last_call = -1;
+
+static void mark(int kind) { __atomic_store_n(&last_call, kind, __ATOMIC_RELAXED); }
+
+// Reads a non-negative microsecond count from the environment once; racing first readers
+// compute the same value, so a relaxed atomic is enough.
+static long env_us(const char* name, long fallback, long* cache) {
+  long v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+  if (v >= 0) return v;
+  v = fallback;
+  const char* text = getenv(name);
+  if (text != NULL && *text != '\0') {
+    char* end = NULL;
+    errno = 0;
+    long parsed = strtol(text, &end, 10);
+    if (errno == 0 && *end == '\0' && parsed >= 0) v = parsed;
+  }
+  __atomic_store_n(cache, v, __ATOMIC_RELAXED);
+  return v;
+}
+
+static long sync_cpu_us_cache = -1;
+static long malloc_us_cache = -1;
+
+static long long thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+// Busy-waits until this thread has consumed MOCK_CUDA_SYNC_CPU_US of CPU time, like the
+// driver's spin-wait on a stream: preempted time does not count, so contention stretches it.
+static void spin_wait(void) {
+  long us = env_us("MOCK_CUDA_SYNC_CPU_US", 50, &sync_cpu_us_cache);
+  if (us == 0) return;
+  long long until = thread_cpu_ns() + (long long)us * 1000LL;
+  while (thread_cpu_ns() < until) {
+  }
+}
+
+static void sleep_us(long us) {
+  struct timespec left = {us / 1000000, (us % 1000000) * 1000};
+  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+}
+
+static cudaError_t allocate(void** ptr, size_t size) {
+  if (ptr == NULL) return cudaErrorInvalidValue;
+  *ptr = malloc(size != 0 ? size : 1);
+  return *ptr != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+static cudaError_t copy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  if ((kind == cudaMemcpyHostToHost || kind == cudaMemcpyDefault) && dst != NULL && src != NULL &&
+      count != 0) {
+    memmove(dst, src, count);
+  }
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  mark(kCudaMalloc);
+  long us = env_us("MOCK_CUDA_MALLOC_US", 0, &malloc_us_cache);
+  if (us > 0) sleep_us(us);
+  return allocate(devPtr, size);
+}
+
+MOCK_API cudaError_t cudaFree(void* devPtr) {
+  mark(kCudaFree);
+  free(devPtr);
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaMallocManaged(void** devPtr, size_t size, unsigned int flags) {
+  mark(kCudaMallocManaged);
+  (void)flags;
+  return allocate(devPtr, size);
+}
+
+MOCK_API cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t hStream) {
+  mark(kCudaMallocAsync);
+  (void)hStream;
+  return allocate(devPtr, size);
+}
+
+MOCK_API cudaError_t cudaMallocAsync_ptsz(void** devPtr, size_t size, cudaStream_t hStream) {
+  mark(kCudaMallocAsyncPtsz);
+  (void)hStream;
+  return allocate(devPtr, size);
+}
+
+MOCK_API cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t hStream) {
+  mark(kCudaFreeAsync);
+  (void)hStream;
+  free(devPtr);
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
+  mark(kCudaFreeAsyncPtsz);
+  (void)hStream;
+  free(devPtr);
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
+                                      size_t sharedMem, cudaStream_t stream) {
+  mark(kCudaLaunchKernel);
+  (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim,
+                                           void** args, size_t sharedMem, cudaStream_t stream) {
+  mark(kCudaLaunchKernelPtsz);
+  (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaMemcpy(void* dst, const void* src, size_t count,
+                                enum cudaMemcpyKind kind) {
+  mark(kCudaMemcpy);
+  return copy(dst, src, count, kind);
+}
+
+MOCK_API cudaError_t cudaMemcpy_ptds(void* dst, const void* src, size_t count,
+                                     enum cudaMemcpyKind kind) {
+  mark(kCudaMemcpyPtds);
+  return copy(dst, src, count, kind);
+}
+
+MOCK_API cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count,
+                                     enum cudaMemcpyKind kind, cudaStream_t stream) {
+  mark(kCudaMemcpyAsync);
+  (void)stream;
+  return copy(dst, src, count, kind);
+}
+
+MOCK_API cudaError_t cudaMemcpyAsync_ptsz(void* dst, const void* src, size_t count,
+                                          enum cudaMemcpyKind kind, cudaStream_t stream) {
+  mark(kCudaMemcpyAsyncPtsz);
+  (void)stream;
+  return copy(dst, src, count, kind);
+}
+
+MOCK_API cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  mark(kCudaMemset);
+  (void)devPtr, (void)value, (void)count;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaMemset_ptds(void* devPtr, int value, size_t count) {
+  mark(kCudaMemsetPtds);
+  (void)devPtr, (void)value, (void)count;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  mark(kCudaStreamSynchronize);
+  (void)stream;
+  spin_wait();
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream) {
+  mark(kCudaStreamSynchronizePtsz);
+  (void)stream;
+  spin_wait();
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaDeviceSynchronize(void) {
+  mark(kCudaDeviceSynchronize);
+  spin_wait();
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  mark(kCudaEventSynchronize);
+  (void)event;
+  spin_wait();
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  mark(kCudaGraphLaunch);
+  (void)graphExec, (void)stream;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t graphExec, cudaStream_t stream) {
+  mark(kCudaGraphLaunchPtsz);
+  (void)graphExec, (void)stream;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaRuntimeGetVersion(int* runtimeVersion) {
+  mark(kCudaRuntimeGetVersion);
+  if (runtimeVersion == NULL) return cudaErrorInvalidValue;
+  *runtimeVersion = 12040;
+  return cudaSuccess;
+}
+
+// Not a CUDA symbol: lets a test tell the mock from a real libcudart (12.4 → 12040).
+MOCK_API int mock_cuda_version(void) {
+  mark(kMockCudaVersion);
+  return 12040;
+}

@@ -1,0 +1,294 @@
+// Tests for exporter/identity: cgroup path parsing, cgroup2 mount discovery, id -> path resolver.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "identity/cgroup_identity.h"
+#include "identity/cgroup_resolver.h"
+
+namespace stallwatch::identity {
+
+// Prints every field when an expectation fails.
+void PrintTo(const Identity& id, std::ostream* os) {
+  *os << "{cgroup=\"" << id.cgroup << "\" container_id=\"" << id.container_id << "\" pod_uid=\""
+      << id.pod_uid << "\" runtime=\"" << id.runtime << "\" qos=\"" << id.qos
+      << "\" systemd_unit=\"" << id.systemd_unit << "\" slurm_job=\"" << id.slurm_job
+      << "\" slurm_step=\"" << id.slurm_step << "\"}";
+}
+
+namespace {
+
+const std::string kId = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const std::string kUidUnderscores = "1a2b3c4d_5e6f_7a8b_9c0d_112233445566";
+const std::string kUid = "1a2b3c4d-5e6f-7a8b-9c0d-112233445566";
+
+TEST(ParseCgroupPath, ContainerdSystemdDriverBurstable) {
+  const std::string path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
+                           kUidUnderscores + ".slice/cri-containerd-" + kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(path), (Identity{.cgroup = path,
+                                               .container_id = kId,
+                                               .pod_uid = kUid,
+                                               .runtime = "containerd",
+                                               .qos = "burstable"}));
+}
+
+TEST(ParseCgroupPath, ContainerdSystemdDriverGuaranteed) {
+  const std::string path =
+      "/kubepods.slice/kubepods-pod" + kUidUnderscores + ".slice/cri-containerd-" + kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(path), (Identity{.cgroup = path,
+                                               .container_id = kId,
+                                               .pod_uid = kUid,
+                                               .runtime = "containerd",
+                                               .qos = "guaranteed"}));
+}
+
+TEST(ParseCgroupPath, PodSliceWithoutContainer) {
+  const std::string path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+                           kUidUnderscores + ".slice";
+  EXPECT_EQ(parse_cgroup_path(path),
+            (Identity{.cgroup = path, .pod_uid = kUid, .qos = "besteffort"}));
+}
+
+TEST(ParseCgroupPath, CgroupfsDriver) {
+  const std::string path = "/kubepods/burstable/pod" + kUid + "/" + kId;
+  EXPECT_EQ(parse_cgroup_path(path),
+            (Identity{.cgroup = path, .container_id = kId, .pod_uid = kUid, .qos = "burstable"}));
+  const std::string guaranteed = "/kubepods/pod" + kUid + "/" + kId;
+  EXPECT_EQ(
+      parse_cgroup_path(guaranteed),
+      (Identity{.cgroup = guaranteed, .container_id = kId, .pod_uid = kUid, .qos = "guaranteed"}));
+}
+
+TEST(ParseCgroupPath, CrioContainer) {
+  const std::string path = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+                           kUidUnderscores + ".slice/crio-" + kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(path), (Identity{.cgroup = path,
+                                               .container_id = kId,
+                                               .pod_uid = kUid,
+                                               .runtime = "crio",
+                                               .qos = "besteffort"}));
+  // CRI-O with cgroupfs: crio-<id> without .scope.
+  const std::string cgroupfs = "/kubepods/besteffort/pod" + kUid + "/crio-" + kId;
+  EXPECT_EQ(parse_cgroup_path(cgroupfs), (Identity{.cgroup = cgroupfs,
+                                                   .container_id = kId,
+                                                   .pod_uid = kUid,
+                                                   .runtime = "crio",
+                                                   .qos = "besteffort"}));
+}
+
+TEST(ParseCgroupPath, CrioConmonIsNotTheContainer) {
+  const std::string path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
+                           kUidUnderscores + ".slice/crio-conmon-" + kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(path),
+            (Identity{.cgroup = path, .pod_uid = kUid, .runtime = "crio", .qos = "burstable"}));
+}
+
+TEST(ParseCgroupPath, Docker) {
+  const std::string systemd = "/system.slice/docker-" + kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(systemd),
+            (Identity{.cgroup = systemd, .container_id = kId, .runtime = "docker"}));
+  const std::string cgroupfs = "/docker/" + kId;
+  EXPECT_EQ(parse_cgroup_path(cgroupfs),
+            (Identity{.cgroup = cgroupfs, .container_id = kId, .runtime = "docker"}));
+  // An ordinary unit whose name starts like a container scope stays a unit.
+  EXPECT_EQ(parse_cgroup_path("/system.slice/docker-cleanup.scope"),
+            (Identity{.cgroup = "/system.slice/docker-cleanup.scope",
+                      .runtime = "systemd",
+                      .systemd_unit = "docker-cleanup.scope"}));
+}
+
+TEST(ParseCgroupPath, ContainerdOutsideKubernetes) {
+  EXPECT_EQ(parse_cgroup_path("/system.slice/containerd.service"),
+            (Identity{.cgroup = "/system.slice/containerd.service",
+                      .runtime = "systemd",
+                      .systemd_unit = "containerd.service"}));
+  const std::string nested = "/system.slice/containerd.service/default/" + kId;
+  EXPECT_EQ(parse_cgroup_path(nested), (Identity{.cgroup = nested,
+                                                 .container_id = kId,
+                                                 .runtime = "containerd",
+                                                 .systemd_unit = "containerd.service"}));
+  const std::string nerdctl = "/system.slice/nerdctl-" + kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(nerdctl),
+            (Identity{.cgroup = nerdctl, .container_id = kId, .runtime = "containerd"}));
+}
+
+TEST(ParseCgroupPath, SystemdUnits) {
+  EXPECT_EQ(parse_cgroup_path("/system.slice/fluent-bit.service"),
+            (Identity{.cgroup = "/system.slice/fluent-bit.service",
+                      .runtime = "systemd",
+                      .systemd_unit = "fluent-bit.service"}));
+  EXPECT_EQ(parse_cgroup_path("/user.slice/user-1000.slice/session-3.scope"),
+            (Identity{.cgroup = "/user.slice/user-1000.slice/session-3.scope",
+                      .runtime = "systemd",
+                      .systemd_unit = "session-3.scope"}));
+  const std::string nested = "/user.slice/user-1000.slice/user@1000.service/app.slice/foo.service";
+  EXPECT_EQ(parse_cgroup_path(nested),
+            (Identity{.cgroup = nested, .runtime = "systemd", .systemd_unit = "foo.service"}));
+  EXPECT_EQ(parse_cgroup_path("/system.slice"), (Identity{.cgroup = "/system.slice"}));
+}
+
+TEST(ParseCgroupPath, SlurmCgroupV2) {
+  const std::string path = "/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0";
+  EXPECT_EQ(parse_cgroup_path(path), (Identity{.cgroup = path,
+                                               .runtime = "slurm",
+                                               .systemd_unit = "slurmstepd.scope",
+                                               .slurm_job = "1234",
+                                               .slurm_step = "0"}));
+  const std::string job_only = "/system.slice/slurmstepd.scope/job_77";
+  EXPECT_EQ(parse_cgroup_path(job_only), (Identity{.cgroup = job_only,
+                                                   .runtime = "slurm",
+                                                   .systemd_unit = "slurmstepd.scope",
+                                                   .slurm_job = "77"}));
+  for (const std::string step : {"extern", "interactive"}) {
+    const std::string p = "/system.slice/slurmstepd.scope/job_5/step_" + step;
+    EXPECT_EQ(parse_cgroup_path(p).slurm_step, step) << p;
+  }
+}
+
+TEST(ParseCgroupPath, SlurmLegacyLayout) {
+  const std::string path = "/slurm/uid_1000/job_1234/step_batch";
+  EXPECT_EQ(
+      parse_cgroup_path(path),
+      (Identity{.cgroup = path, .runtime = "slurm", .slurm_job = "1234", .slurm_step = "batch"}));
+  // job_N outside a Slurm hierarchy is not a Slurm job.
+  EXPECT_EQ(parse_cgroup_path("/foo/job_1/step_0"), (Identity{.cgroup = "/foo/job_1/step_0"}));
+}
+
+TEST(ParseCgroupPath, RootAndNormalisation) {
+  EXPECT_EQ(parse_cgroup_path("/"), (Identity{.cgroup = "/"}));
+  EXPECT_EQ(parse_cgroup_path(""), (Identity{.cgroup = "/"}));
+  EXPECT_EQ(parse_cgroup_path("///"), (Identity{.cgroup = "/"}));
+  EXPECT_EQ(parse_cgroup_path("/system.slice/fluent-bit.service/"),
+            parse_cgroup_path("/system.slice/fluent-bit.service"));
+  EXPECT_EQ(parse_cgroup_path("system.slice//fluent-bit.service//").cgroup,
+            "/system.slice/fluent-bit.service");
+}
+
+TEST(ParseCgroupPath, GarbageLeavesOnlyCgroup) {
+  for (const std::string& garbage :
+       {std::string("not a cgroup path!!"), std::string("\x01\xff/\0/x", 6), std::string("/pod/"),
+        std::string("/kubepods-pod.slice"), std::string("/docker/1234"),
+        std::string("/cri-containerd-zz"), std::string("/slurm/job_/step_")}) {
+    const Identity id = parse_cgroup_path(garbage);
+    EXPECT_FALSE(id.cgroup.empty());
+    EXPECT_EQ(id.cgroup.front(), '/');
+    EXPECT_EQ(id, (Identity{.cgroup = id.cgroup})) << garbage;
+  }
+  std::mt19937 rng(42);
+  const std::string alphabet = "/-_.abcdefpodkubeslicescope0123456789\xff";
+  for (int i = 0; i < 2000; ++i) {
+    std::string s(rng() % 200, ' ');
+    for (char& c : s) c = alphabet[rng() % alphabet.size()];
+    const Identity id = parse_cgroup_path(s);
+    ASSERT_FALSE(id.cgroup.empty());
+    ASSERT_EQ(id.cgroup.front(), '/');
+    ASSERT_TRUE(id.cgroup == "/" || id.cgroup.back() != '/');
+  }
+}
+
+constexpr std::string_view kPureV2 =
+    "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+    "25 22 0:22 / /sys rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw\n"
+    "26 25 0:23 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 "
+    "rw,nsdelegate,memory_recursiveprot\n";
+
+constexpr std::string_view kHybrid =
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
+    "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+constexpr std::string_view kV1Only =
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n";
+
+TEST(FindCgroup2Mount, PureV2) { EXPECT_EQ(find_cgroup2_mount(kPureV2), "/sys/fs/cgroup"); }
+
+TEST(FindCgroup2Mount, Hybrid) { EXPECT_EQ(find_cgroup2_mount(kHybrid), "/sys/fs/cgroup/unified"); }
+
+TEST(FindCgroup2Mount, None) {
+  EXPECT_EQ(find_cgroup2_mount(kV1Only), std::nullopt);
+  EXPECT_EQ(find_cgroup2_mount(""), std::nullopt);
+  EXPECT_EQ(find_cgroup2_mount("garbage\n- cgroup2\n1 2 3 4\n"), std::nullopt);
+}
+
+TEST(FindCgroup2Mount, PrefersStandardPlaceAndUnescapes) {
+  const std::string two =
+      "50 1 0:40 / /mnt/my\\040cg rw - cgroup2 cgroup2 rw\n" + std::string(kPureV2);
+  EXPECT_EQ(find_cgroup2_mount(two), "/sys/fs/cgroup");
+  EXPECT_EQ(find_cgroup2_mount("50 1 0:40 / /mnt/my\\040cg rw - cgroup2 cgroup2 rw\n"),
+            "/mnt/my cg");
+}
+
+TEST(FindCgroup2Mount, ThisHostDoesNotCrash) {
+  if (const auto mount = find_cgroup2_mount()) {
+    EXPECT_TRUE(std::filesystem::is_directory(*mount));
+  }
+}
+
+std::uint64_t inode_of(const std::filesystem::path& p) {
+  struct stat st {};
+  EXPECT_EQ(stat(p.c_str(), &st), 0) << p;
+  return st.st_ino;
+}
+
+class CgroupResolverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::filesystem::temp_directory_path() / ("identity_test_" + std::to_string(getpid()));
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_ / "a" / "b");
+    std::filesystem::create_directories(root_ / "c");
+    std::ofstream(root_ / "a" / "cgroup.procs") << "1\n";
+    std::filesystem::create_directory_symlink(root_ / "a", root_ / "link");
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+
+  std::filesystem::path root_;
+};
+
+TEST_F(CgroupResolverTest, ResolvesDirectoriesByInode) {
+  CgroupResolver resolver(root_.string() + "/");
+  EXPECT_EQ(resolver.mount(), root_.string());
+  EXPECT_EQ(resolver.path_of(inode_of(root_ / "a" / "b")), "/a/b");
+  EXPECT_EQ(resolver.path_of(inode_of(root_)), "/");
+  EXPECT_EQ(resolver.path_of(inode_of(root_ / "a")), "/a");
+  EXPECT_EQ(resolver.path_of(inode_of(root_ / "c")), "/c");
+  EXPECT_EQ(resolver.cached(), 4u);  // root, a, a/b, c: no files, symlink not followed
+  EXPECT_EQ(resolver.path_of(inode_of(root_ / "a" / "cgroup.procs")), std::nullopt);
+  EXPECT_EQ(resolver.path_of(0xffffffffffffull), std::nullopt);
+}
+
+TEST_F(CgroupResolverTest, RescansAtMostEveryIntervalAndForgetsRemoved) {
+  CgroupResolver resolver(root_.string());
+  ASSERT_EQ(resolver.path_of(inode_of(root_ / "c")), "/c");
+  std::filesystem::create_directory(root_ / "c" / "new");
+  const std::uint64_t fresh = inode_of(root_ / "c" / "new");
+  EXPECT_EQ(resolver.path_of(fresh), std::nullopt);  // walked just now: rate-limited
+  std::this_thread::sleep_for(CgroupResolver::kMinWalkInterval + std::chrono::milliseconds(20));
+  EXPECT_EQ(resolver.path_of(fresh), "/c/new");
+  EXPECT_EQ(resolver.cached(), 5u);
+
+  std::filesystem::remove_all(root_ / "a");
+  resolver.forget_missing();
+  EXPECT_EQ(resolver.cached(), 3u);  // root, c, c/new
+  EXPECT_EQ(resolver.path_of(fresh), "/c/new");
+}
+
+TEST(CgroupResolver, MissingMountResolvesNothing) {
+  CgroupResolver resolver("/nonexistent/stallwatch/cgroup");
+  EXPECT_EQ(resolver.path_of(1), std::nullopt);
+  EXPECT_EQ(resolver.cached(), 0u);
+}
+
+}  // namespace
+}  // namespace stallwatch::identity
