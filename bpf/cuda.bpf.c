@@ -39,7 +39,8 @@ int cuda_enter(struct pt_regs *ctx)
 	struct thread_state *t;
 	struct call_frame *f;
 	__u64 now = bpf_ktime_get_ns();
-	__u32 d;
+	__u32 d, call_id;
+	__u64 sp;
 
 	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t) {
@@ -53,6 +54,20 @@ int cuda_enter(struct pt_regs *ctx)
 	}
 	t->cgroup_id = bpf_get_current_cgroup_id();
 	d = t->depth;
+	call_id = (__u32)bpf_get_attach_cookie(ctx);
+	sp = PT_REGS_SP(ctx);
+	if (d > 0) {
+		/*
+		 * The same entry seen twice: two probe sets on one function, e.g. while a detached
+		 * copy's probes are still being torn down, or one file reached through two inodes.
+		 * Count the call once; skip one of the two returns.
+		 */
+		f = &t->frames[(d - 1) & (SW_MAX_DEPTH - 1)];
+		if (f->sp == sp && f->call_id == call_id) {
+			t->unmatched++;
+			return 0;
+		}
+	}
 	if (d >= SW_MAX_DEPTH) {
 		t->unmatched++;
 		sw_count_lost(SW_LOST_NESTING);
@@ -60,10 +75,11 @@ int cuda_enter(struct pt_regs *ctx)
 	}
 	f = &t->frames[d & (SW_MAX_DEPTH - 1)];
 	f->start_ns = now;
+	f->sp = sp;
 	f->runnable_ns = 0;
 	f->blocked_ns = 0;
 	f->preemptions = 0;
-	f->call_id = (__u32)bpf_get_attach_cookie(ctx);
+	f->call_id = call_id;
 	t->depth = d + 1;
 	return 0;
 }

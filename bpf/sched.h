@@ -8,6 +8,7 @@
 /* One in-flight CUDA call of a thread; off-CPU time is added while it is open. */
 struct call_frame {
 	__u64 start_ns;
+	__u64 sp; /* stack pointer at entry: tells a second probe on the same entry from a call */
 	__u64 runnable_ns;
 	__u64 blocked_ns;
 	__u32 call_id;

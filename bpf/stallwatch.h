@@ -46,6 +46,8 @@ static inline __u32 sw_bucket_of_ns(__u64 ns)
 	__u64 v;
 	__u32 k = 0;
 
+	if (q >> (64 - SW_TICK_SHIFT))
+		return SW_HIST_BUCKETS - 1; /* beyond 2^34 s: the shift below would wrap */
 	if (ticks <= 1)
 		return 0;
 	/* ceil(log2(ticks)) = floor(log2(ticks - 1)) + 1 */

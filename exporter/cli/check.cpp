@@ -25,6 +25,9 @@
 #include <set>
 #include <sstream>
 
+#include "common/json.h"
+#include "trace/proc_maps.h"
+
 namespace stallwatch::cli {
 namespace {
 
@@ -186,8 +189,8 @@ void scan_disk(std::map<std::string, CudaLibrary>& libs) {
     DIR* d = opendir(dir.c_str());
     if (d == nullptr) continue;
     while (const dirent* e = readdir(d)) {
-      const std::optional<std::string> kind = cuda_library_kind(e->d_name);
-      if (!kind) continue;
+      const std::optional<trace::Api> api = trace::api_of_library(e->d_name);
+      if (!api) continue;
       const std::string path = dir + "/" + e->d_name;
       struct stat st;
       if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
@@ -195,7 +198,7 @@ void scan_disk(std::map<std::string, CudaLibrary>& libs) {
       if (real == nullptr) continue;
       CudaLibrary& lib = libs[real];
       lib.path = real;
-      lib.kind = *kind;
+      lib.kind = library_kind(*api);
       std::free(real);
     }
     closedir(d);
@@ -218,15 +221,15 @@ void scan_maps(std::map<std::string, CudaLibrary>& libs) {
       if (line.find("libcud") == std::string::npos && line.find("libnccl") == std::string::npos) {
         continue;
       }
-      const std::optional<MapsEntry> m = parse_maps_line(line);
-      if (!m || m->path.empty() || m->path[0] != '/') continue;
-      const std::optional<std::string> kind = cuda_library_kind(m->path);
-      if (!kind) continue;
-      const std::string key = m->deleted ? m->path + " (deleted)" : m->path;
+      trace::MapsEntry m;
+      if (!trace::parse_maps_line(line, m) || m.path.empty() || m.path[0] != '/') continue;
+      const std::optional<trace::Api> api = trace::api_of_library(m.file_path());
+      if (!api) continue;
+      const std::string& key = m.path;  // a deleted file keeps its " (deleted)" suffix
       if (keys.insert(key).second) {
         CudaLibrary& lib = libs[key];
         if (lib.path.empty()) lib.path = key;
-        lib.kind = *kind;
+        lib.kind = library_kind(*api);
       }
     }
     if (keys.empty()) continue;
@@ -319,21 +322,22 @@ std::string render_json(const CheckReport& report) {
   for (size_t n = 0; n < report.items.size(); ++n) {
     const CheckItem& i = report.items[n];
     if (n > 0) out += ',';
-    out += "{\"name\":" + json_quote(i.name) + ",\"status\":" + json_quote(status_name(i.status)) +
-           ",\"detail\":" + json_quote(i.detail) + ",\"fix\":" + json_quote(i.fix) + '}';
+    out += "{\"name\":" + json_string(i.name) +
+           ",\"status\":" + json_string(status_name(i.status)) +
+           ",\"detail\":" + json_string(i.detail) + ",\"fix\":" + json_string(i.fix) + '}';
   }
   out += "],\"libraries\":[";
   for (size_t n = 0; n < report.libraries.size(); ++n) {
     const CudaLibrary& lib = report.libraries[n];
     if (n > 0) out += ',';
-    out += "{\"path\":" + json_quote(lib.path) + ",\"kind\":" + json_quote(lib.kind) +
+    out += "{\"path\":" + json_string(lib.path) + ",\"kind\":" + json_string(lib.kind) +
            ",\"mapped\":" + (lib.mapped ? "true" : "false") + ",\"pids\":[";
     for (size_t k = 0; k < lib.pids.size(); ++k) {
       out += (k > 0 ? "," : "") + std::to_string(lib.pids[k]);
     }
     out += "],\"processes\":[";
     for (size_t k = 0; k < lib.comms.size(); ++k)
-      out += (k > 0 ? "," : "") + json_quote(lib.comms[k]);
+      out += (k > 0 ? "," : "") + json_string(lib.comms[k]);
     out += "]}";
   }
   out += "]}";

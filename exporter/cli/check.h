@@ -4,8 +4,11 @@
 // libraries), the scan for CUDA libraries on disk and in /proc/*/maps, and the text and JSON
 // renderings of the report. Reads /sys, /proc and library directories; never writes, mounts or
 // loads anything into the kernel.
-// check_parse.cpp holds the parsers, classifiers and item builders; check.cpp reads the live
-// system (run_checks, check_main) and renders. Everything but run_checks/check_main is pure and
+// It shares its parsers with the daemon so both agree: trace/proc_maps.h reads maps lines,
+// trace/calls.h names CUDA libraries, identity/cgroup_resolver.h picks the cgroup2 mount and
+// common/json.h quotes strings.
+// check_parse.cpp holds the classifiers and item builders; check.cpp reads the live system
+// (run_checks, check_main) and renders. Everything but run_checks/check_main is pure and
 // unit-tested in tests/unit/check_test.cpp.
 // Thread-safety: every function is reentrant; run_checks() briefly swaps libbpf's global print
 // callback, so do not call it while another thread uses libbpf.
@@ -13,10 +16,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "trace/calls.h"
 
 namespace stallwatch::cli {
 
@@ -58,31 +62,9 @@ int check_main(bool json);
 
 const char* status_name(Status status);  // "ok", "warn", "fail"
 
-// A JSON string literal, quotes included. Escapes '"', '\\' and control characters; invalid
-// UTF-8 bytes (paths and comms are arbitrary bytes) become U+FFFD so the output stays valid.
-std::string json_quote(std::string_view s);
-
-// One line of /proc/<pid>/maps: "start-end perms offset dev inode   path".
-struct MapsEntry {
-  std::uint64_t start = 0;
-  std::uint64_t end = 0;
-  std::string perms;  // "r-xp"
-  std::uint64_t offset = 0;
-  std::uint64_t inode = 0;
-  std::string path;  // may contain spaces; empty for anonymous mappings; " (deleted)" removed
-  bool deleted = false;
-};
-std::optional<MapsEntry> parse_maps_line(std::string_view line);
-
-// "cudart", "cuda" or "nccl" for a CUDA library file name or path (libcudart.so.12,
-// libcuda.so.1, libnccl.so.2, and auditwheel copies such as libcudart-9335f6a2.so.12);
-// nullopt for anything else (libcudart_static.a, libnccl-net.so, libcudadebugger.so, ...).
-std::optional<std::string> cuda_library_kind(std::string_view path);
-
-// The cgroup2 mount point in a mountinfo text: /sys/fs/cgroup preferred, then
-// /sys/fs/cgroup/unified, else the first cgroup2 mount; nullopt when there is none.
-// (Same rule as identity::find_cgroup2_mount, which labels cgroups at run time.)
-std::optional<std::string> cgroup2_mount_from_mountinfo(std::string_view mountinfo);
+// The `kind` of a CUDA library in the report: "cudart", "cuda" or "nccl". Which files are CUDA
+// libraries is trace::api_of_library's rule, the one discovery attaches by.
+const char* library_kind(trace::Api api);
 
 enum class CgroupLayout { kUnified, kHybrid, kOtherV2, kNone };
 struct CgroupClass {
@@ -90,6 +72,7 @@ struct CgroupClass {
   std::string mount;            // the cgroup2 mount; empty for kNone
   bool v1_controllers = false;  // some "cgroup" (v1) hierarchy is mounted
 };
+// The cgroup2 mount is identity::find_cgroup2_mount's choice, the one cgroup labels come from.
 CgroupClass classify_cgroup(std::string_view mountinfo);
 
 // Item builders: everything each check decides, given what was read.

@@ -1,14 +1,16 @@
-// The pure half of `stallwatch check`: parsers for /proc/<pid>/maps and mountinfo, the
-// classifiers and item builders that decide each check's verdict, and the JSON string quoting.
-// Nothing here touches the live system, so all of it is unit-tested (tests/unit/check_test.cpp).
+// The pure half of `stallwatch check`: the classifiers and item builders that decide each
+// check's verdict. Nothing here touches the live system, so all of it is unit-tested
+// (tests/unit/check_test.cpp).
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
-#include <cstdio>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "cli/check.h"
+#include "identity/cgroup_resolver.h"
 
 namespace stallwatch::cli {
 namespace {
@@ -26,46 +28,9 @@ std::vector<std::string_view> split_fields(std::string_view line) {
   return fields;
 }
 
-// Takes the next space-delimited token off the front of `s` (skipping leading spaces).
-std::string_view next_token(std::string_view& s) {
-  const size_t start = s.find_first_not_of(' ');
-  if (start == std::string_view::npos) {
-    s = {};
-    return {};
-  }
-  s.remove_prefix(start);
-  const size_t end = std::min(s.find(' '), s.size());
-  const std::string_view token = s.substr(0, end);
-  s.remove_prefix(end);
-  return token;
-}
-
-bool parse_number(std::string_view s, std::uint64_t& out, int base) {
-  if (s.empty()) return false;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out, base);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-// mountinfo escapes space, tab, newline and backslash as \ooo.
-std::string unescape_mount_field(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '3' && s[i + 2] >= '0' &&
-        s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-// Calls f(fstype, mount_point) for each well-formed mountinfo line:
+// Whether some well-formed mountinfo line mounts a filesystem of type `fstype`:
 // id parent major:minor root mount_point options [optional...] - fstype source super_options
-template <typename F>
-void for_each_mount(std::string_view mountinfo, F&& f) {
+bool has_mount_of_type(std::string_view mountinfo, std::string_view fstype) {
   while (!mountinfo.empty()) {
     const size_t nl = std::min(mountinfo.find('\n'), mountinfo.size());
     const std::vector<std::string_view> fields = split_fields(mountinfo.substr(0, nl));
@@ -73,42 +38,9 @@ void for_each_mount(std::string_view mountinfo, F&& f) {
     if (fields.size() < 7) continue;
     size_t sep = 6;
     while (sep < fields.size() && fields[sep] != "-") ++sep;
-    if (sep + 1 >= fields.size()) continue;
-    f(fields[sep + 1], unescape_mount_field(fields[4]));
+    if (sep + 1 < fields.size() && fields[sep + 1] == fstype) return true;
   }
-}
-
-int mount_preference(std::string_view mount_point) {
-  if (mount_point == "/sys/fs/cgroup") return 2;
-  if (mount_point == "/sys/fs/cgroup/unified") return 1;
-  return 0;
-}
-
-// Length of the valid UTF-8 sequence at s[i], or 0 when the byte there does not start one.
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;  // overlong
-    if (c == 0xED) hi = 0x9F;  // UTF-16 surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;  // overlong
-    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return len;
+  return false;
 }
 
 std::string join(const std::vector<std::string>& parts, std::string_view sep) {
@@ -134,130 +66,22 @@ const char* status_name(Status status) {
   return "fail";
 }
 
-std::string json_quote(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  out += '"';
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c >= 0x80) {
-      const size_t len = utf8_sequence_length(s, i);
-      if (len == 0) {
-        out += "\\ufffd";
-        ++i;
-      } else {
-        out.append(s.substr(i, len));
-        i += len;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-    ++i;
+const char* library_kind(trace::Api api) {
+  switch (api) {
+    case trace::Api::kRuntime:
+      return "cudart";
+    case trace::Api::kDriver:
+      return "cuda";
+    case trace::Api::kNccl:
+      return "nccl";
   }
-  out += '"';
-  return out;
-}
-
-std::optional<MapsEntry> parse_maps_line(std::string_view line) {
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
-  MapsEntry e;
-  const std::string_view range = next_token(line);
-  const size_t dash = range.find('-');
-  if (dash == std::string_view::npos || !parse_number(range.substr(0, dash), e.start, 16) ||
-      !parse_number(range.substr(dash + 1), e.end, 16)) {
-    return std::nullopt;
-  }
-  e.perms = std::string(next_token(line));
-  if (e.perms.size() != 4) return std::nullopt;
-  if (!parse_number(next_token(line), e.offset, 16)) return std::nullopt;
-  if (next_token(line).find(':') == std::string_view::npos) return std::nullopt;  // dev
-  if (!parse_number(next_token(line), e.inode, 10)) return std::nullopt;
-  // The path is everything after the padding, spaces included.
-  const size_t start = line.find_first_not_of(' ');
-  if (start == std::string_view::npos) return e;
-  std::string_view path = line.substr(start);
-  constexpr std::string_view kDeleted = " (deleted)";
-  if (path.ends_with(kDeleted)) {
-    path.remove_suffix(kDeleted.size());
-    e.deleted = true;
-  }
-  e.path = std::string(path);
-  return e;
-}
-
-std::optional<std::string> cuda_library_kind(std::string_view path) {
-  const size_t slash = path.rfind('/');
-  const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
-  struct Kind {
-    std::string_view prefix;
-    const char* kind;
-  };
-  static constexpr Kind kKinds[] = {
-      {"libcudart", "cudart"}, {"libcuda", "cuda"}, {"libnccl", "nccl"}};
-  for (const Kind& k : kKinds) {
-    if (!name.starts_with(k.prefix)) continue;
-    std::string_view rest = name.substr(k.prefix.size());
-    if (rest.starts_with('-')) {  // auditwheel copy: libcudart-9335f6a2.so.12
-      const size_t dot = rest.find('.');
-      const std::string_view hash = rest.substr(1, dot == std::string_view::npos ? 0 : dot - 1);
-      if (hash.size() < 6 || hash.find_first_not_of("0123456789abcdef") != hash.npos) continue;
-      rest.remove_prefix(dot);
-    }
-    if (rest == ".so" || rest.starts_with(".so.")) return std::string(k.kind);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> cgroup2_mount_from_mountinfo(std::string_view mountinfo) {
-  std::optional<std::string> best;
-  int best_preference = -1;
-  for_each_mount(mountinfo, [&](std::string_view fstype, std::string mount_point) {
-    if (fstype != "cgroup2") return;
-    const int p = mount_preference(mount_point);
-    if (p > best_preference) {
-      best_preference = p;
-      best = std::move(mount_point);
-    }
-  });
-  return best;
+  return "unknown";
 }
 
 CgroupClass classify_cgroup(std::string_view mountinfo) {
   CgroupClass cls;
-  for_each_mount(mountinfo, [&](std::string_view fstype, const std::string&) {
-    if (fstype == "cgroup") cls.v1_controllers = true;
-  });
-  const std::optional<std::string> mount = cgroup2_mount_from_mountinfo(mountinfo);
+  cls.v1_controllers = has_mount_of_type(mountinfo, "cgroup");
+  const std::optional<std::string> mount = identity::find_cgroup2_mount(mountinfo);
   if (!mount) return cls;
   cls.mount = *mount;
   if (cls.mount == "/sys/fs/cgroup") {

@@ -12,11 +12,12 @@ namespace po = boost::program_options;
 namespace {
 
 Result<std::chrono::nanoseconds> duration_flag(const po::variables_map& vm, const char* name,
-                                               std::chrono::nanoseconds fallback) {
+                                               std::chrono::nanoseconds fallback,
+                                               bool zero_ok = false) {
   if (!vm.count(name)) return fallback;
   auto d = parse_duration(vm[name].as<std::string>());
   if (!d) return make_error("--" + std::string(name) + ": " + d.error().message);
-  if (d->count() == 0) return make_error("--" + std::string(name) + " must be greater than 0");
+  if (d->count() == 0 && !zero_ok) return make_error("--" + std::string(name) + " must be greater than 0");
   return *d;
 }
 
@@ -47,6 +48,8 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
      "calls at least this long are sent to user space one by one (default 1ms)")
     ("rescan-interval", po::value<std::string>(),
      "full /proc rescan for CUDA libraries (default 30s; mappings are also caught as they happen)")
+    ("detach-linger", po::value<std::string>(),
+     "keep probes on a library this long after the last process unmapped it (default 30s)")
     ("max-cgroups", po::value<size_t>(), "cgroups with their own series; the rest fold into "
      "cgroup=\"_overflow\" (default 256)")
     ("verbose,v", "debug logging, including libbpf's");
@@ -91,6 +94,9 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
   auto rescan = duration_flag(vm, "rescan-interval", o.rescan_interval);
   if (!rescan) return rescan.error();
   o.rescan_interval = *rescan;
+  auto linger = duration_flag(vm, "detach-linger", o.detach_linger, true);
+  if (!linger) return linger.error();
+  o.detach_linger = *linger;
   return o;
 }
 

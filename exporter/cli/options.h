@@ -16,6 +16,7 @@ struct RunOptions {
   std::chrono::nanoseconds window = std::chrono::seconds(5);
   std::chrono::nanoseconds outlier_threshold = std::chrono::milliseconds(1);
   std::chrono::nanoseconds rescan_interval = std::chrono::seconds(30);
+  std::chrono::nanoseconds detach_linger = std::chrono::seconds(30);
   size_t max_cgroups = 256;
   std::string config;
   bool verbose = false;

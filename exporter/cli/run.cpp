@@ -82,7 +82,8 @@ int run_main(const std::vector<std::string>& args) {
   }
   trace::Discovery discovery(
       (*tracer)->call_enter_program(), (*tracer)->call_exit_program(),
-      {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval)});
+      {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
+       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)});
   std::atomic<std::uint64_t> outliers{0};
   (*tracer)->on_outlier([&](const outlier_event&) { outliers++; });
   (*tracer)->on_lib_map(

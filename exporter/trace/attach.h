@@ -23,11 +23,15 @@ using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
 
 class LibraryProbes {
  public:
+  LibraryProbes() = default;
+  LibraryProbes(const LibraryProbes&) = delete;
+  LibraryProbes& operator=(const LibraryProbes&) = delete;
   // Attaches to `path` (a path this process can open). Fails only when nothing could be
   // attached; calls the library lacks are listed in missing_calls() (the caller warns once).
   static Result<std::unique_ptr<LibraryProbes>> attach(bpf_program* enter, bpf_program* exit,
                                                        const std::string& path, Api api);
 
+  ~LibraryProbes();  // detaches in parallel: each uprobe detach waits for an RCU grace period
   size_t probe_count() const { return links_.size(); }
   const std::vector<std::string>& attached_symbols() const { return attached_symbols_; }
   const std::vector<std::string>& missing_calls() const { return missing_calls_; }

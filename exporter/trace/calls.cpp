@@ -33,19 +33,30 @@ constexpr std::array kCalls = {
     CallInfo{"cuGraphLaunch", Api::kDriver},
 };
 
-bool starts_with_lib(std::string_view base, std::string_view stem) {
-  // "libcuda" must not match "libcudart": the stem is followed by ".so" or "-" (versioned).
-  if (!base.starts_with(stem)) return false;
-  std::string_view rest = base.substr(stem.size());
-  return rest.starts_with(".so") || rest.starts_with("-");
+// `name` is `stem` + ".so" + optional ".version", or an auditwheel copy
+// `stem` + "-" + hash (at least 6 lowercase hex digits) + ".so" + optional ".version".
+// "libcuda" must not match "libcudart" or "libcudadebugger", nor "libnccl" match "libnccl-net".
+bool is_library(std::string_view name, std::string_view stem) {
+  if (!name.starts_with(stem)) return false;
+  std::string_view rest = name.substr(stem.size());
+  if (rest.starts_with('-')) {
+    const size_t dot = rest.find('.');
+    if (dot == std::string_view::npos) return false;
+    const std::string_view hash = rest.substr(1, dot - 1);
+    if (hash.size() < 6 || hash.find_first_not_of("0123456789abcdef") != hash.npos) return false;
+    rest.remove_prefix(dot);
+  }
+  return rest == ".so" || rest.starts_with(".so.");
 }
 
 }  // namespace
 
-std::optional<Api> api_of_library(std::string_view basename) {
-  if (starts_with_lib(basename, "libcudart")) return Api::kRuntime;
-  if (starts_with_lib(basename, "libcuda")) return Api::kDriver;
-  if (starts_with_lib(basename, "libnccl")) return Api::kNccl;
+std::optional<Api> api_of_library(std::string_view file) {
+  const size_t slash = file.rfind('/');
+  if (slash != std::string_view::npos) file.remove_prefix(slash + 1);
+  if (is_library(file, "libcudart")) return Api::kRuntime;
+  if (is_library(file, "libcuda")) return Api::kDriver;
+  if (is_library(file, "libnccl")) return Api::kNccl;
   return std::nullopt;
 }
 

@@ -12,9 +12,11 @@ namespace stallwatch::trace {
 
 enum class Api : std::uint8_t { kRuntime, kDriver, kNccl };
 
-// Which library a file is, from its base name (libcudart.so.12 → runtime, libcuda.so.1 →
-// driver, libnccl.so.2 → nccl); nullopt for anything else.
-std::optional<Api> api_of_library(std::string_view basename);
+// Which library a file is, from its name or a path's last component: libcudart.so.12 →
+// runtime, libcuda.so.1 → driver, libnccl.so.2 → nccl, with any version after ".so" and also
+// auditwheel copies named with a hash (libcudart-9335f6a2.so.12). nullopt for anything else:
+// libcudart_static.a, libcudadebugger.so.1, libnccl-net.so, libcublas.so.12, ...
+std::optional<Api> api_of_library(std::string_view file);
 
 struct CallInfo {
   std::string_view name;  // the `call` label: the base symbol name

@@ -74,7 +74,7 @@ Collector::CgroupState& Collector::state_of(std::uint64_t cgroup_id) {
     label = kOverflowCgroup;
   }
   label_users_[label]++;
-  return cgroups_.emplace(cgroup_id, CgroupState{label, {}, {}, false}).first->second;
+  return cgroups_.emplace(cgroup_id, CgroupState{label, {}, {}, {}, false}).first->second;
 }
 
 bool Collector::alive(int pid) {
@@ -118,9 +118,17 @@ void Collector::read_offcpu(std::map<std::string, Series>& out) {
 }
 
 void Collector::read_preemptors(std::map<std::string, Series>& out) {
+  constexpr size_t kRetainedPreemptors = 64;
+  std::map<std::string, std::map<int, Preemptor>> merged;  // by label, then preemptor pid
+  auto add = [](std::map<int, Preemptor>& into, const Preemptor& p) {
+    auto [it, fresh] = into.emplace(p.pid, p);
+    if (!fresh) {
+      it->second.runnable_ns += p.runnable_ns;
+      it->second.count += p.count;
+    }
+  };
   for_each_entry<preemptor_key, preemptor_stats>(
       tracer_.preemptors_map_fd(), [&](const preemptor_key& k, const preemptor_stats& v) {
-        if (!alive(static_cast<int>(k.victim_tgid))) return true;
         CgroupState& st = state_of(k.victim_cgroup_id);
         Preemptor p;
         p.victim_pid = static_cast<int>(k.victim_tgid);
@@ -129,11 +137,26 @@ void Collector::read_preemptors(std::map<std::string, Series>& out) {
         p.cgroup = cgroup_path(v.preemptor_cgroup_id);
         p.runnable_ns = v.runnable_ns;
         p.count = v.count;
-        out[st.label].preemptors.push_back(std::move(p));
+        if (!alive(p.victim_pid)) {
+          add(st.retired_preemptors, p);  // the victim's evidence outlives it
+          return true;
+        }
+        add(merged[st.label], p);
         return false;
       });
-  for (auto& [label, s] : out) {
-    auto& p = s.preemptors;
+  for (auto& [id, st] : cgroups_) {
+    auto& r = st.retired_preemptors;
+    while (r.size() > kRetainedPreemptors) {  // keep the heaviest
+      auto lightest = std::min_element(r.begin(), r.end(), [](const auto& a, const auto& b) {
+        return a.second.runnable_ns < b.second.runnable_ns;
+      });
+      r.erase(lightest);
+    }
+    for (const auto& [pid, p] : r) add(merged[st.label], p);
+  }
+  for (auto& [label, by_pid] : merged) {
+    auto& p = out[label].preemptors;
+    for (auto& [pid, pre] : by_pid) p.push_back(std::move(pre));
     std::sort(p.begin(), p.end(),
               [](const Preemptor& a, const Preemptor& b) { return a.runnable_ns > b.runnable_ns; });
     if (p.size() > kTopPreemptors) p.resize(kTopPreemptors);

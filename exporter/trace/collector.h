@@ -44,6 +44,7 @@ class Collector {
     std::string label;
     std::map<std::uint32_t, CallTotals> retired_calls;
     OffcpuTotals retired_offcpu;
+    std::map<int, Preemptor> retired_preemptors;  // of exited processes, by preemptor pid
     bool live = false;  // had map entries in this pass
   };
 

@@ -1,6 +1,8 @@
 #include "trace/discovery.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 
@@ -11,6 +13,15 @@ namespace {
 
 constexpr int kMaxEventRetries = 50;  // 50 x 10 ms: the loader maps text right after open
 constexpr std::chrono::milliseconds kRetryDelay{10};
+
+struct FileHandle {
+  int fd;
+  explicit FileHandle(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
+  ~FileHandle() {
+    if (fd >= 0) ::close(fd);
+  }
+  std::string proc_path() const { return "/proc/self/fd/" + std::to_string(fd); }
+};
 
 bool process_alive(int pid) {
   struct stat st {};
@@ -25,6 +36,37 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
+Reaper::Reaper()
+    : thread_([this] {
+        std::unique_lock lock(mu_);
+        for (;;) {
+          cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+          if (queue_.empty()) return;  // stop_ and drained
+          auto batch = std::move(queue_);
+          queue_.clear();
+          lock.unlock();
+          batch.clear();  // detaches here, off the discovery thread
+          lock.lock();
+        }
+      }) {}
+
+Reaper::~Reaper() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Reaper::dispose(std::unique_ptr<LibraryProbes> probes) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(probes));
+  }
+  cv_.notify_one();
+}
+
 Discovery::Discovery(bpf_program* enter, bpf_program* exit, DiscoveryOptions options)
     : enter_(enter), exit_(exit), options_(options) {}
 
@@ -32,9 +74,12 @@ bool Discovery::scan_process(int pid) {
   auto mapped = cuda_libraries_of(pid);
   std::set<FileKey> now;
   for (const auto& lib : mapped) {
-    std::string path = host_path(pid, lib.path);
+    // Hold the file open and attach through /proc/self/fd: the process may exit meanwhile
+    // (its /proc/PID/root path vanishes), the file stays reachable.
+    FileHandle file(host_path(pid, lib.path));
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) continue;  // exited, or the file went away
+    if (file.fd < 0 || ::fstat(file.fd, &st) != 0) continue;  // exited, or the file went away
+    std::string path = file.proc_path();
     FileKey key{st.st_dev, st.st_ino};
     auto it = libraries_.find(key);
     if (it == libraries_.end()) {
@@ -43,7 +88,10 @@ bool Discovery::scan_process(int pid) {
       if (!probes) {
         SW_LOG(kWarn) << "not tracing " << lib.path << " (pid " << pid
                       << "): " << probes.error().message;
-        failed_.emplace(key, probes.error().message);
+        // A file that cannot be traced stays so; a transient failure is retried next scan.
+        if (probes.error().err != ENOENT && probes.error().err != ESRCH) {
+          failed_.emplace(key, probes.error().message);
+        }
         continue;
       }
       SW_LOG(kInfo) << "tracing " << lib.path << " (" << api_name(lib.api) << ", pid " << pid
@@ -98,6 +146,7 @@ size_t Discovery::scan_all() {
 }
 
 void Discovery::handle_event(int tgid) {
+  SW_LOG(kDebug) << "library mapping by pid " << tgid;
   if (scan_process(tgid)) {
     pending_.erase(tgid);
   } else {
@@ -128,8 +177,17 @@ void Discovery::tick() {
   }
   for (int pid : gone) forget_process(pid);
   for (auto it = libraries_.begin(); it != libraries_.end();) {
-    if (it->second.pids.empty()) {
-      SW_LOG(kInfo) << "detaching from " << it->second.path << ": no process maps it any more";
+    Library& lib = it->second;
+    if (!lib.pids.empty()) {
+      lib.unused_since = {};
+    } else if (lib.unused_since == std::chrono::steady_clock::time_point{}) {
+      lib.unused_since = now;
+    }
+    if (lib.pids.empty() && now - lib.unused_since >= options_.detach_linger) {
+      SW_LOG(kInfo) << "detaching from " << lib.path << ": no process has mapped it for "
+                    << std::chrono::duration_cast<std::chrono::seconds>(options_.detach_linger).count()
+                    << "s";
+      reaper_.dispose(std::move(lib.probes));
       it = libraries_.erase(it);
     } else {
       ++it;

@@ -11,10 +11,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "trace/attach.h"
 #include "trace/proc_maps.h"
@@ -25,6 +29,26 @@ namespace stallwatch::trace {
 
 struct DiscoveryOptions {
   std::chrono::milliseconds rescan_interval{std::chrono::seconds(30)};
+  // Probes stay on a library this long after the last process unmapped it, so short-lived
+  // processes and restarts do not churn attach/detach.
+  std::chrono::milliseconds detach_linger{std::chrono::seconds(30)};
+};
+
+// Destroys probe sets on its own thread: detaching a uprobe waits for an RCU grace period
+// (tens of milliseconds each on some kernels), which must not stall discovery. Joins on
+// destruction after draining.
+class Reaper {
+ public:
+  Reaper();
+  ~Reaper();
+  void dispose(std::unique_ptr<LibraryProbes> probes);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<LibraryProbes>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 class Discovery {
@@ -52,6 +76,7 @@ class Discovery {
     std::string path;  // first path seen, for logs
     std::unique_ptr<LibraryProbes> probes;
     std::set<int> pids;
+    std::chrono::steady_clock::time_point unused_since{};  // set while pids is empty
   };
   struct Pending {
     std::chrono::steady_clock::time_point next;
@@ -71,6 +96,7 @@ class Discovery {
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;
   std::chrono::steady_clock::time_point last_full_scan_{};
+  Reaper reaper_;  // probes still attached at shutdown are destroyed after it, on the caller
   std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
 };
 

@@ -97,8 +97,8 @@ class Bytes {
   }
   // Whether count entries of entsize bytes starting at offset lie inside the file.
   bool contains_array(std::uint64_t offset, std::uint64_t count, std::uint64_t entsize) const {
-    if (offset > size_) return false;
-    return entsize == 0 || count <= (size_ - offset) / entsize;
+    if (count == 0) return offset <= size_;
+    return entsize != 0 && offset <= size_ && count <= (size_ - offset) / entsize;
   }
   template <typename T>
   std::optional<T> read(std::uint64_t offset) const {
@@ -120,9 +120,7 @@ constexpr Elf64_Versym kVersymHidden = 0x8000;
 
 Error format_error(std::string why) { return make_error(std::move(why), ENOEXEC); }
 
-struct Sections {
-  std::vector<Elf64_Shdr> headers;
-};
+using Sections = std::vector<Elf64_Shdr>;
 
 Result<Sections> read_sections(const Bytes& file, const Elf64_Ehdr& eh) {
   if (eh.e_shoff == 0) return format_error("no section headers (stripped with sstrip?)");
@@ -137,9 +135,9 @@ Result<Sections> read_sections(const Bytes& file, const Elf64_Ehdr& eh) {
     return format_error("truncated: section headers lie past the end of the file");
   }
   Sections s;
-  s.headers.reserve(count);
+  s.reserve(count);
   for (std::uint64_t i = 0; i < count; ++i) {
-    s.headers.push_back(*file.read<Elf64_Shdr>(eh.e_shoff + i * eh.e_shentsize));
+    s.push_back(*file.read<Elf64_Shdr>(eh.e_shoff + i * eh.e_shentsize));
   }
   return s;
 }
@@ -158,7 +156,7 @@ Result<std::vector<LoadSegment>> read_load_segments(const Bytes& file, const Elf
   }
   // PN_XNUM: the real count lives in section 0's sh_info.
   std::uint64_t count = eh.e_phnum;
-  if (eh.e_phnum == PN_XNUM && !sections.headers.empty()) count = sections.headers[0].sh_info;
+  if (eh.e_phnum == PN_XNUM && !sections.empty()) count = sections[0].sh_info;
   if (!file.contains_array(eh.e_phoff, count, eh.e_phentsize)) {
     return format_error("truncated: program headers lie past the end of the file");
   }
@@ -207,7 +205,7 @@ struct SymbolTable {
 };
 
 Result<SymbolTable> describe_table(const Bytes& file, const Sections& sections, std::size_t index) {
-  const Elf64_Shdr& sh = sections.headers[index];
+  const Elf64_Shdr& sh = sections[index];
   const char* what = sh.sh_type == SHT_DYNSYM ? ".dynsym" : ".symtab";
   if (sh.sh_entsize < sizeof(Elf64_Sym)) {
     return format_error(std::string(what) + ": bad sh_entsize " + std::to_string(sh.sh_entsize));
@@ -215,11 +213,11 @@ Result<SymbolTable> describe_table(const Bytes& file, const Sections& sections, 
   if (!file.contains(sh.sh_offset, sh.sh_size)) {
     return format_error(std::string("truncated: ") + what + " lies past the end of the file");
   }
-  if (sh.sh_link == 0 || sh.sh_link >= sections.headers.size() ||
-      sections.headers[sh.sh_link].sh_type != SHT_STRTAB) {
+  if (sh.sh_link == 0 || sh.sh_link >= sections.size() ||
+      sections[sh.sh_link].sh_type != SHT_STRTAB) {
     return format_error(std::string(what) + ": sh_link does not name a string table");
   }
-  const Elf64_Shdr& str = sections.headers[sh.sh_link];
+  const Elf64_Shdr& str = sections[sh.sh_link];
   if (!file.contains(str.sh_offset, str.sh_size)) {
     return format_error(std::string("truncated: string table of ") + what +
                         " lies past the end of the file");
@@ -227,7 +225,7 @@ Result<SymbolTable> describe_table(const Bytes& file, const Sections& sections, 
   SymbolTable t{sh.sh_offset, sh.sh_size / sh.sh_entsize, sh.sh_entsize, str.sh_offset, str.sh_size,
                 std::nullopt, sh.sh_type == SHT_DYNSYM};
   if (t.dynamic) {
-    for (const auto& v : sections.headers) {
+    for (const auto& v : sections) {
       if (v.sh_type == SHT_GNU_versym && v.sh_link == index &&
           file.contains_array(v.sh_offset, t.count, sizeof(Elf64_Versym)) &&
           v.sh_size / sizeof(Elf64_Versym) >= t.count) {
@@ -308,8 +306,8 @@ Result<std::vector<ElfSymbol>> parse(const Bytes& file) {
   if (!segments) return segments.error();
 
   std::optional<std::size_t> dynsym, symtab;
-  for (std::size_t i = 0; i < sections->headers.size(); ++i) {
-    auto type = sections->headers[i].sh_type;
+  for (std::size_t i = 0; i < sections->size(); ++i) {
+    auto type = (*sections)[i].sh_type;
     if (type == SHT_DYNSYM && !dynsym) dynsym = i;
     if (type == SHT_SYMTAB && !symtab) symtab = i;
   }

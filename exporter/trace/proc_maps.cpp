@@ -31,6 +31,7 @@ std::string_view next_field(std::string_view& rest) {
 }  // namespace
 
 bool parse_maps_line(std::string_view line, MapsEntry& out) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.remove_suffix(1);
   std::string_view rest = line;
   std::string_view range = next_field(rest), perms = next_field(rest), off = next_field(rest),
                    dev = next_field(rest), ino = next_field(rest);
@@ -57,10 +58,8 @@ std::vector<MappedLibrary> cuda_libraries_in_maps(std::string_view maps_text) {
     maps_text = nl == std::string_view::npos ? std::string_view{} : maps_text.substr(nl + 1);
     MapsEntry e;
     if (!parse_maps_line(line, e) || e.inode == 0 || e.path.empty() || e.path[0] != '/') continue;
-    if (e.path.ends_with(" (deleted)")) continue;  // replaced on disk; the new file is attached
-    std::string_view base = e.path;
-    base.remove_prefix(base.rfind('/') + 1);
-    auto api = api_of_library(base);
+    if (e.deleted()) continue;  // replaced on disk; the new file is attached
+    auto api = api_of_library(e.path);
     if (!api) continue;
     bool seen = false;
     for (const auto& l : libs) seen = seen || l.path == e.path;

@@ -11,14 +11,26 @@
 
 namespace stallwatch::trace {
 
+// One line of /proc/PID/maps: "start-end perms offset major:minor inode   path".
 struct MapsEntry {
+  static constexpr std::string_view kDeletedSuffix = " (deleted)";
+
   std::uint64_t start = 0, end = 0, offset = 0, inode = 0;
-  std::string perms;
+  std::string perms;  // "r-xp"
   std::uint32_t dev_major = 0, dev_minor = 0;
-  std::string path;  // may contain spaces; " (deleted)" suffix kept
+  std::string path;  // may contain spaces; empty for anonymous mappings; " (deleted)" kept
+
+  // The file was unlinked or replaced on disk after it was mapped.
+  bool deleted() const { return path.ends_with(kDeletedSuffix); }
+  // The path without the " (deleted)" suffix: the name the file had when it was mapped.
+  std::string_view file_path() const {
+    std::string_view p = path;
+    if (deleted()) p.remove_suffix(kDeletedSuffix.size());
+    return p;
+  }
 };
 
-// Parses one line of /proc/PID/maps; false for a malformed line.
+// Parses one line of /proc/PID/maps (a trailing newline is ignored); false for a malformed line.
 bool parse_maps_line(std::string_view line, MapsEntry& out);
 
 struct MappedLibrary {

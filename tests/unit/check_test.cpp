@@ -1,5 +1,7 @@
-// Unit tests for the pure pieces of `stallwatch check` (exporter/cli/check.h): maps and
-// mountinfo parsing, cgroup classification, item verdicts, JSON quoting and rendering.
+// Unit tests for the pure pieces of `stallwatch check` (exporter/cli/check.h): cgroup
+// classification, library kinds, item verdicts and rendering. The parsers check shares with the
+// daemon are tested beside them: proc_maps_test (maps lines), calls_test (library names),
+// identity_test (cgroup2 mount) and json_test (string quoting).
 #include "cli/check.h"
 
 #include <gtest/gtest.h>
@@ -30,8 +32,8 @@ constexpr std::string_view kV1Only =
     "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n";
 
 TEST(CgroupMountTest, PureV2) {
-  EXPECT_EQ(cgroup2_mount_from_mountinfo(kPureV2), "/sys/fs/cgroup");
   const CgroupClass cls = classify_cgroup(kPureV2);
+  EXPECT_EQ(cls.mount, "/sys/fs/cgroup");
   EXPECT_EQ(cls.layout, CgroupLayout::kUnified);
   EXPECT_FALSE(cls.v1_controllers);
   const CheckItem item = cgroup_item(cls);
@@ -41,8 +43,8 @@ TEST(CgroupMountTest, PureV2) {
 }
 
 TEST(CgroupMountTest, Hybrid) {
-  EXPECT_EQ(cgroup2_mount_from_mountinfo(kHybrid), "/sys/fs/cgroup/unified");
   const CgroupClass cls = classify_cgroup(kHybrid);
+  EXPECT_EQ(cls.mount, "/sys/fs/cgroup/unified");
   EXPECT_EQ(cls.layout, CgroupLayout::kHybrid);
   EXPECT_TRUE(cls.v1_controllers);
   const CheckItem item = cgroup_item(cls);
@@ -53,9 +55,15 @@ TEST(CgroupMountTest, Hybrid) {
 }
 
 TEST(CgroupMountTest, NoCgroup2) {
-  EXPECT_EQ(cgroup2_mount_from_mountinfo(kV1Only), std::nullopt);
-  EXPECT_EQ(cgroup2_mount_from_mountinfo(""), std::nullopt);
-  const CheckItem item = cgroup_item(classify_cgroup(kV1Only));
+  const CgroupClass v1 = classify_cgroup(kV1Only);
+  EXPECT_EQ(v1.layout, CgroupLayout::kNone);
+  EXPECT_EQ(v1.mount, "");
+  EXPECT_TRUE(v1.v1_controllers);
+  const CgroupClass empty = classify_cgroup("");
+  EXPECT_EQ(empty.layout, CgroupLayout::kNone);
+  EXPECT_EQ(empty.mount, "");
+  EXPECT_FALSE(empty.v1_controllers);
+  const CheckItem item = cgroup_item(v1);
   EXPECT_EQ(item.status, Status::kFail);
   EXPECT_NE(item.fix.find("systemd.unified_cgroup_hierarchy=1"), std::string::npos);
 }
@@ -64,93 +72,23 @@ TEST(CgroupMountTest, EscapedAndOddMountPoints) {
   // A cgroup2 mount elsewhere (escaped space), with optional fields, no trailing newline.
   constexpr std::string_view kOther =
       "50 1 0:40 / /run/my\\040cgroup rw shared:3 master:2 - cgroup2 none rw";
-  EXPECT_EQ(cgroup2_mount_from_mountinfo(kOther), "/run/my cgroup");
   const CgroupClass cls = classify_cgroup(kOther);
+  EXPECT_EQ(cls.mount, "/run/my cgroup");
   EXPECT_EQ(cls.layout, CgroupLayout::kOtherV2);
   EXPECT_EQ(cgroup_item(cls).status, Status::kOk);
   // /sys/fs/cgroup wins over an earlier mount elsewhere.
   const std::string both = std::string(kOther) + "\n" + std::string(kPureV2);
-  EXPECT_EQ(cgroup2_mount_from_mountinfo(both), "/sys/fs/cgroup");
+  EXPECT_EQ(classify_cgroup(both).mount, "/sys/fs/cgroup");
   // Garbage lines are skipped.
-  EXPECT_EQ(cgroup2_mount_from_mountinfo("garbage\n1 2 3\n- cgroup2\n"), std::nullopt);
+  const CgroupClass garbage = classify_cgroup("garbage\n1 2 3\n- cgroup2\n");
+  EXPECT_EQ(garbage.layout, CgroupLayout::kNone);
+  EXPECT_EQ(garbage.mount, "");
 }
 
-TEST(MapsLineTest, PathWithSpacesDeleted) {
-  const auto e = parse_maps_line(
-      "7f1c2a000000-7f1c2a021000 r-xp 0001a000 fd:01 1234567                    "
-      "/opt/my env/lib/libcudart.so.12.4.127 (deleted)\n");
-  ASSERT_TRUE(e.has_value());
-  EXPECT_EQ(e->start, 0x7f1c2a000000u);
-  EXPECT_EQ(e->end, 0x7f1c2a021000u);
-  EXPECT_EQ(e->perms, "r-xp");
-  EXPECT_EQ(e->offset, 0x1a000u);
-  EXPECT_EQ(e->inode, 1234567u);
-  EXPECT_EQ(e->path, "/opt/my env/lib/libcudart.so.12.4.127");
-  EXPECT_TRUE(e->deleted);
-  EXPECT_EQ(cuda_library_kind(e->path), "cudart");
-}
-
-TEST(MapsLineTest, PlainAnonymousAndPseudo) {
-  const auto lib = parse_maps_line(
-      "7f00-8f00 r--p 00000000 08:01 42   /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
-  ASSERT_TRUE(lib.has_value());
-  EXPECT_EQ(lib->path, "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
-  EXPECT_FALSE(lib->deleted);
-
-  const auto anon = parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ");
-  ASSERT_TRUE(anon.has_value());
-  EXPECT_EQ(anon->path, "");
-  const auto no_pad = parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0");
-  ASSERT_TRUE(no_pad.has_value());
-  EXPECT_EQ(no_pad->path, "");
-
-  const auto stack = parse_maps_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0   [stack]");
-  ASSERT_TRUE(stack.has_value());
-  EXPECT_EQ(stack->path, "[stack]");
-}
-
-TEST(MapsLineTest, Malformed) {
-  EXPECT_FALSE(parse_maps_line("").has_value());
-  EXPECT_FALSE(parse_maps_line("not a maps line").has_value());
-  EXPECT_FALSE(parse_maps_line("7f00 r-xp 0 08:01 1 /x").has_value());
-  EXPECT_FALSE(parse_maps_line("7f00-zz r-xp 0 08:01 1 /x").has_value());
-  EXPECT_FALSE(parse_maps_line("7f00-8f00 r-xp 0 0801 1 /x").has_value());
-}
-
-TEST(CudaLibraryKindTest, Names) {
-  EXPECT_EQ(cuda_library_kind("libcudart.so"), "cudart");
-  EXPECT_EQ(cuda_library_kind("/usr/local/cuda/lib64/libcudart.so.12"), "cudart");
-  EXPECT_EQ(cuda_library_kind("torch/lib/libcudart-9335f6a2.so.12"), "cudart");
-  EXPECT_EQ(cuda_library_kind("libcuda.so.1"), "cuda");
-  EXPECT_EQ(cuda_library_kind("/usr/lib64/libcuda.so.550.54.15"), "cuda");
-  EXPECT_EQ(cuda_library_kind("libnccl.so.2"), "nccl");
-  EXPECT_EQ(cuda_library_kind("libnccl.so.2.21.5"), "nccl");
-  EXPECT_EQ(cuda_library_kind("libcudart_static.a"), std::nullopt);
-  EXPECT_EQ(cuda_library_kind("libcudadebugger.so.1"), std::nullopt);
-  EXPECT_EQ(cuda_library_kind("libnccl-net.so"), std::nullopt);
-  EXPECT_EQ(cuda_library_kind("libnccl_static.a"), std::nullopt);
-  EXPECT_EQ(cuda_library_kind("libcuda.so.1.bak/x"), std::nullopt);
-  EXPECT_EQ(cuda_library_kind("libcublas.so.12"), std::nullopt);
-}
-
-TEST(JsonQuoteTest, Escapes) {
-  EXPECT_EQ(json_quote(""), R"("")");
-  EXPECT_EQ(json_quote("plain /usr/lib"), R"("plain /usr/lib")");
-  EXPECT_EQ(json_quote("say \"hi\""), R"("say \"hi\"")");
-  EXPECT_EQ(json_quote("C:\\path\\"), R"("C:\\path\\")");
-  EXPECT_EQ(json_quote("a\nb\tc\rd\be\ff"), R"("a\nb\tc\rd\be\ff")");
-  EXPECT_EQ(json_quote(std::string_view("\x01\x1f\0x", 4)), R"("\u0001\u001f\u0000x")");
-  EXPECT_EQ(json_quote("\x7f"), "\"\x7f\"");
-}
-
-TEST(JsonQuoteTest, Utf8) {
-  EXPECT_EQ(json_quote("caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x9a\x80"),
-            "\"caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x9a\x80\"");
-  EXPECT_EQ(json_quote("a\xff"), R"("a\ufffd")");                    // never valid
-  EXPECT_EQ(json_quote("\xc3"), R"("\ufffd")");                      // truncated
-  EXPECT_EQ(json_quote("\xc0\xaf"), R"("\ufffd\ufffd")");            // overlong '/'
-  EXPECT_EQ(json_quote("\xed\xa0\x80"), R"("\ufffd\ufffd\ufffd")");  // surrogate
-  EXPECT_EQ(json_quote("\xe2\x80x"), R"("\ufffd\ufffdx")");          // bad continuation
+TEST(LibraryKindTest, EachApi) {
+  EXPECT_STREQ(library_kind(trace::Api::kRuntime), "cudart");
+  EXPECT_STREQ(library_kind(trace::Api::kDriver), "cuda");
+  EXPECT_STREQ(library_kind(trace::Api::kNccl), "nccl");
 }
 
 TEST(CapabilitiesTest, Verdicts) {

@@ -1,0 +1,204 @@
+// Privileged tier: the real daemon, real eBPF on this kernel, mock CUDA libraries, workloads
+// in cgroups the test creates. Trigger → capture → assert, each bounded in time.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "support/harness.h"
+
+namespace stallwatch::test {
+namespace {
+
+const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
+const std::string kCuda = std::string(MOCK_DIR) + "/libcuda.so.1";
+const std::string kCudart2 = std::string(MOCK2_DIR) + "/libcudart.so.12";
+
+std::string unique(const std::string& name) {
+  return "stallwatch-test-" + std::to_string(getpid()) + "/" + name;
+}
+
+class Tracing : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new Daemon();
+    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
+    delete daemon_;
+  }
+
+  // Runs the workload to completion in `cg` and returns its exit status.
+  static int run_workload(const TestCgroup& cg, std::vector<std::string> args,
+                          std::map<std::string, std::string> env = {}, int cpu = -1) {
+    Spawn s;
+    s.argv = {WORKLOAD_BIN};
+    s.argv.insert(s.argv.end(), args.begin(), args.end());
+    s.env = std::move(env);
+    s.cgroup_dir = cg.dir();
+    s.cpu = cpu;
+    return wait_exit(spawn(s), std::chrono::seconds(120));
+  }
+
+  static std::vector<Sample> scrape() {
+    EXPECT_TRUE(daemon_->wait_windows()) << "no new window; log: " << daemon_->log_path();
+    return parse_exposition(daemon_->metrics());
+  }
+
+  static double count_of(const std::vector<Sample>& s, const std::string& cgroup,
+                         const std::string& call) {
+    return find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
+                       {{"cgroup", cgroup}, {"call", call}})
+        .value_or(-1);
+  }
+
+  static Daemon* daemon_;
+};
+Daemon* Tracing::daemon_ = nullptr;
+
+// A workload started after the daemon, in a child cgroup: every call counted exactly, under
+// the right api/call/cgroup labels; the library is traced before the first call even though
+// the process only waits 500 ms after loading it (as CUDA context creation would).
+TEST_F(Tracing, CountsEveryCallExactlyInItsCgroup) {
+  TestCgroup cg(unique("exact"));
+  ASSERT_EQ(run_workload(cg, {"--cudart", kCudart, "--cuda", kCuda, "--threads", "2",
+                              "--iterations", "3", "--start-delay-ms", "500", "--calls",
+                              "cudaMalloc:2,cudaLaunchKernel:50,cudaLaunchKernel_ptsz:5,"
+                              "cudaStreamSynchronize:10,cudaFree:2,cuLaunchKernel:7,"
+                              "cuMemAlloc_v2:1"}),
+            0);
+  auto s = scrape();
+  // threads x iterations = 6
+  EXPECT_EQ(count_of(s, cg.label(), "cudaMalloc"), 12);
+  EXPECT_EQ(count_of(s, cg.label(), "cudaLaunchKernel"), 330);  // _ptsz folds into its call
+  EXPECT_EQ(count_of(s, cg.label(), "cudaStreamSynchronize"), 60);
+  EXPECT_EQ(count_of(s, cg.label(), "cudaFree"), 12);
+  EXPECT_EQ(count_of(s, cg.label(), "cuLaunchKernel"), 42);
+  EXPECT_EQ(count_of(s, cg.label(), "cuMemAlloc_v2"), 6);
+  EXPECT_EQ(count_of(s, cg.label(), "cudaMemcpy"), -1) << "a call never made has no series";
+  EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_bucket",
+                        {{"cgroup", cg.label()}, {"call", "cudaLaunchKernel"}, {"le", "+Inf"}}),
+            330);
+  EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cuLaunchKernel"}, {"api", "driver"}}),
+            42);
+  EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMalloc"}, {"api", "runtime"}}),
+            12);
+  for (const char* source : {"outlier_ringbuf", "discovery_ringbuf", "call_map_full",
+                             "thread_state", "call_nesting"}) {
+    EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", source}}), 0) << source;
+  }
+}
+
+// Two copies of libcudart in different directories (as pip wheels and conda bring their own),
+// each used by a workload in its own cgroup: both traced, each cgroup with its own counts.
+TEST_F(Tracing, TracesEveryCopyAndSeparatesCgroups) {
+  TestCgroup a(unique("copy-a")), b(unique("copy-b"));
+  ASSERT_EQ(run_workload(a, {"--cudart", kCudart, "--start-delay-ms", "500", "--calls",
+                             "cudaMemcpy:11"}),
+            0);
+  ASSERT_EQ(run_workload(b, {"--cudart", kCudart2, "--start-delay-ms", "500", "--calls",
+                             "cudaMemcpy:13"}),
+            0);
+  auto s = scrape();
+  EXPECT_EQ(count_of(s, a.label(), "cudaMemcpy"), 11);
+  EXPECT_EQ(count_of(s, b.label(), "cudaMemcpy"), 13);
+  std::string log;
+  {
+    std::ifstream in(daemon_->log_path());
+    log.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(log.find("tracing " + kCudart), std::string::npos) << log;
+  EXPECT_NE(log.find("tracing " + kCudart2), std::string::npos) << log;
+}
+
+// With CPU hogs pinned to the workload's CPU, the runnable off-CPU time inside
+// cudaStreamSynchronize rises far above a calm run's, and the hogs are the preemptors.
+TEST_F(Tracing, CpuContentionShowsAsRunnableTimeInsideSyncAndNamesThePreemptors) {
+  TestCgroup calm(unique("calm")), hot(unique("hot")), agents(unique("agents"));
+  const int cpu = 0;
+  std::vector<std::string> args = {"--cudart", kCudart, "--start-delay-ms", "500", "--calls",
+                                   "cudaStreamSynchronize:100"};
+  std::map<std::string, std::string> env = {{"MOCK_CUDA_SYNC_CPU_US", "2000"}};
+
+  ASSERT_EQ(run_workload(calm, args, env, cpu), 0);
+  pid_t hog1 = start_hog("sw-hog-1", cpu, agents.dir());
+  pid_t hog2 = start_hog("sw-hog-2", cpu, agents.dir());
+  int rc = run_workload(hot, args, env, cpu);
+  auto s = scrape();
+  std::string json = daemon_->snapshot_json();
+  kill_and_reap(hog1);
+  kill_and_reap(hog2);
+  ASSERT_EQ(rc, 0);
+
+  auto runnable = [&](const std::string& cg) {
+    return find_sample(s, "stallwatch_cuda_call_offcpu_seconds_total",
+                       {{"cgroup", cg}, {"call", "cudaStreamSynchronize"}, {"state", "runnable"}})
+        .value_or(-1);
+  };
+  double calm_runnable = runnable(calm.label()), hot_runnable = runnable(hot.label());
+  EXPECT_EQ(count_of(s, calm.label(), "cudaStreamSynchronize"), 100);
+  EXPECT_EQ(count_of(s, hot.label(), "cudaStreamSynchronize"), 100);
+  // 100 calls x 2 ms of CPU each, sharing one CPU with two hogs: about 0.4 s runnable.
+  EXPECT_GT(hot_runnable, 0.15) << json;
+  EXPECT_LT(calm_runnable, 0.05) << json;
+  EXPECT_GT(hot_runnable, 5 * calm_runnable) << json;
+
+  // The hogs are recorded as preemptors of the hot workload, with their cgroup.
+  std::smatch m;
+  std::regex hot_series("\\{\"cgroup\":\"" + hot.label() + "\".*?\"preemptors\":\\[(.*?)\\]\\}");
+  ASSERT_TRUE(std::regex_search(json, m, hot_series)) << json;
+  std::string pre = m[1];
+  EXPECT_NE(pre.find("\"pid\":" + std::to_string(hog1) + ",\"comm\":\"sw-hog-1\",\"cgroup\":\"" +
+                     agents.label() + "\""),
+            std::string::npos)
+      << pre;
+  EXPECT_NE(pre.find("\"pid\":" + std::to_string(hog2) + ",\"comm\":\"sw-hog-2\""),
+            std::string::npos)
+      << pre;
+}
+
+// Exited processes are forgotten at once and their library's probes removed after the linger
+// time; the counts they made stay (counters never go backwards).
+TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {
+  Daemon daemon({"--detach-linger", "500ms"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  TestCgroup cg(unique("exit"));
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls", "cudaMemset:4"};
+  s.cgroup_dir = cg.dir();
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  auto samples = parse_exposition(daemon.metrics());
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            4);
+  EXPECT_EQ(find_sample(samples, "stallwatch_traced_processes", {}), 0);
+  // Bounded wait for the detach (linger 500 ms, then the detach itself).
+  std::optional<double> libs;
+  for (int i = 0; i < 200; ++i) {
+    libs = find_sample(parse_exposition(daemon.metrics()), "stallwatch_attached_libraries", {});
+    if (libs == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(libs, 0) << daemon.log_path();
+  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()), "stallwatch_attached_probes", {}), 0);
+  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()),
+                        "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            4);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
+}
+
+}  // namespace
+}  // namespace stallwatch::test
+
+int main(int argc, char** argv) {
+  stallwatch::test::require_privileges();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,117 @@
+// Unit tests for exporter/trace/calls.h: which files are CUDA libraries, the table of traced
+// calls and the mapping of exported symbols (and their _ptsz/_ptds variants) to call ids.
+#include "trace/calls.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+namespace stallwatch::trace {
+namespace {
+
+// The call id of `name` in the table, found independently of call_for_symbol.
+std::uint32_t id_of(std::string_view name) {
+  const auto calls = all_calls();
+  for (std::uint32_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].name == name) return i;
+  }
+  ADD_FAILURE() << name << " is not in the table";
+  return UINT32_MAX;
+}
+
+TEST(ApiOfLibraryTest, BaseNames) {
+  EXPECT_EQ(api_of_library("libcudart.so.12"), Api::kRuntime);
+  EXPECT_EQ(api_of_library("libcudart.so"), Api::kRuntime);
+  EXPECT_EQ(api_of_library("libcuda.so.1"), Api::kDriver);
+  EXPECT_EQ(api_of_library("libcuda.so"), Api::kDriver);
+  EXPECT_EQ(api_of_library("libnccl.so.2"), Api::kNccl);
+  EXPECT_EQ(api_of_library("libnccl.so.2.21.5"), Api::kNccl);
+  EXPECT_EQ(api_of_library("libcudart-9335f6a2.so.12"), Api::kRuntime);
+  EXPECT_EQ(api_of_library("libcudadebugger.so.1"), std::nullopt);
+  EXPECT_EQ(api_of_library("libcudart_static.a"), std::nullopt);
+  EXPECT_EQ(api_of_library("libnccl-net.so"), std::nullopt);
+  EXPECT_EQ(api_of_library("libnccl_static.a"), std::nullopt);
+  EXPECT_EQ(api_of_library("libcublas.so.12"), std::nullopt);
+  EXPECT_EQ(api_of_library(""), std::nullopt);
+}
+
+TEST(ApiOfLibraryTest, Paths) {
+  EXPECT_EQ(api_of_library("/usr/local/cuda/lib64/libcudart.so.12"), Api::kRuntime);
+  EXPECT_EQ(api_of_library("torch/lib/libcudart-9335f6a2.so.12"), Api::kRuntime);
+  EXPECT_EQ(api_of_library("/usr/lib64/libcuda.so.550.54.15"), Api::kDriver);
+  EXPECT_EQ(api_of_library("libcuda.so.1.bak/x"), std::nullopt);  // the last component counts
+  EXPECT_EQ(api_of_library("/usr/lib/"), std::nullopt);
+}
+
+TEST(ApiOfLibraryTest, NearMisses) {
+  EXPECT_EQ(api_of_library("libcuda.sox"), std::nullopt);               // ".so" then a non-dot
+  EXPECT_EQ(api_of_library("libcudart.so12"), std::nullopt);            // ".so" then a non-dot
+  EXPECT_EQ(api_of_library("libcudart-9335f.so.12"), std::nullopt);     // hash too short
+  EXPECT_EQ(api_of_library("libcudart-9335F6A2.so.12"), std::nullopt);  // not lowercase hex
+  EXPECT_EQ(api_of_library("libcudart-9335f6a2"), std::nullopt);        // no ".so"
+  EXPECT_EQ(api_of_library("libcudart-9335f6a2.a"), std::nullopt);
+  EXPECT_EQ(api_of_library("libnccl-9335f6a2.so.2"), Api::kNccl);
+  EXPECT_EQ(api_of_library("libcuda-9335f6a2.so.1"), Api::kDriver);
+}
+
+TEST(AllCallsTest, TableShape) {
+  const auto calls = all_calls();
+  ASSERT_EQ(calls.size(), 25u);
+  std::size_t runtime = 0, driver = 0, nccl = 0;
+  std::set<std::string_view> names;
+  for (const CallInfo& c : calls) {
+    runtime += c.api == Api::kRuntime;
+    driver += c.api == Api::kDriver;
+    nccl += c.api == Api::kNccl;
+    EXPECT_TRUE(names.insert(c.name).second) << "duplicate " << c.name;
+    // Runtime calls are cuda*, driver calls cu* but not cuda*.
+    if (c.api == Api::kRuntime) {
+      EXPECT_TRUE(c.name.starts_with("cuda")) << c.name;
+    }
+    if (c.api == Api::kDriver) {
+      EXPECT_TRUE(c.name.starts_with("cu") && !c.name.starts_with("cuda")) << c.name;
+    }
+  }
+  EXPECT_EQ(runtime, 13u);
+  EXPECT_EQ(driver, 12u);
+  EXPECT_EQ(nccl, 0u);
+  EXPECT_EQ(names.size(), 25u);
+}
+
+TEST(AllCallsTest, ApiNames) {
+  EXPECT_EQ(api_name(Api::kRuntime), "runtime");
+  EXPECT_EQ(api_name(Api::kDriver), "driver");
+  EXPECT_EQ(api_name(Api::kNccl), "nccl");
+}
+
+TEST(CallForSymbolTest, EveryCallMapsToItself) {
+  const auto calls = all_calls();
+  for (std::uint32_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(call_for_symbol(calls[i].name, calls[i].api), i) << calls[i].name;
+  }
+}
+
+TEST(CallForSymbolTest, PerThreadVariants) {
+  EXPECT_EQ(call_for_symbol("cudaMemcpyAsync_ptsz", Api::kRuntime), id_of("cudaMemcpyAsync"));
+  EXPECT_EQ(call_for_symbol("cudaMemcpy_ptds", Api::kRuntime), id_of("cudaMemcpy"));
+  EXPECT_EQ(call_for_symbol("cudaLaunchKernel_ptsz", Api::kRuntime), id_of("cudaLaunchKernel"));
+  EXPECT_EQ(call_for_symbol("cuMemcpyHtoD_v2_ptds", Api::kDriver), id_of("cuMemcpyHtoD_v2"));
+  EXPECT_EQ(call_for_symbol("cuLaunchKernel_ptsz", Api::kDriver), id_of("cuLaunchKernel"));
+  EXPECT_EQ(call_for_symbol("cudaMalloc_ptsz_ptsz", Api::kRuntime), std::nullopt);  // one suffix
+}
+
+TEST(CallForSymbolTest, Misses) {
+  EXPECT_EQ(call_for_symbol("cuMemAlloc", Api::kDriver), std::nullopt);  // only _v2 is traced
+  EXPECT_EQ(call_for_symbol("cuMemAlloc_v2", Api::kDriver), id_of("cuMemAlloc_v2"));
+  EXPECT_EQ(call_for_symbol("cudaMalloc", Api::kDriver), std::nullopt);  // wrong api
+  EXPECT_EQ(call_for_symbol("cuLaunchKernel", Api::kRuntime), std::nullopt);
+  EXPECT_EQ(call_for_symbol("cudaMalloc", Api::kNccl), std::nullopt);
+  EXPECT_EQ(call_for_symbol("cudaGetDevice", Api::kRuntime), std::nullopt);
+  EXPECT_EQ(call_for_symbol("", Api::kRuntime), std::nullopt);
+  EXPECT_EQ(call_for_symbol("_ptsz", Api::kRuntime), std::nullopt);
+  EXPECT_EQ(call_for_symbol("cudamalloc", Api::kRuntime), std::nullopt);  // case-sensitive
+}
+
+}  // namespace
+}  // namespace stallwatch::trace
