@@ -88,6 +88,18 @@ TEST_F(Tracing, CountsEveryCallExactlyInItsCgroup) {
   EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
                         {{"cgroup", cg.label()}, {"call", "cudaMalloc"}, {"api", "runtime"}}),
             12);
+  // The live exposition passes promtool's lint.
+  if (system("command -v promtool >/dev/null") == 0) {
+    std::string path = "/tmp/stallwatch-metrics-" + std::to_string(getpid()) + ".txt";
+    std::ofstream(path) << daemon_->metrics();
+    FILE* p = popen(("promtool check metrics < " + path + " 2>&1").c_str(), "r");
+    std::string lint;
+    char buf[512];
+    while (fgets(buf, sizeof(buf), p)) lint += buf;
+    EXPECT_EQ(pclose(p), 0) << lint;
+    EXPECT_EQ(lint, "");
+    unlink(path.c_str());
+  }
   for (const char* source : {"outlier_ringbuf", "discovery_ringbuf", "call_map_full",
                              "thread_state", "call_nesting"}) {
     EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", source}}), 0) << source;
