@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+// The kernel's floor for bench/run.sh: an entry and a return program that do nothing. Attached
+// where stallwatch attaches cuda_enter/cuda_exit, they cost exactly the uprobe + uretprobe
+// machinery (breakpoint, return-address hijack, BPF dispatch) and nothing of stallwatch's own.
+#include <linux/bpf.h>
+
+#include <bpf/bpf_helpers.h>
+
+SEC("uprobe")
+int empty_enter(void *ctx) { return 0; }
+
+SEC("uretprobe")
+int empty_exit(void *ctx) { return 0; }
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
