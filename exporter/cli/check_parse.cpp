@@ -9,24 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/strings.h"
 #include "cli/check.h"
 #include "identity/cgroup_resolver.h"
 
 namespace stallwatch::cli {
 namespace {
-
-std::vector<std::string_view> split_fields(std::string_view line) {
-  std::vector<std::string_view> fields;
-  size_t pos = 0;
-  while (pos < line.size()) {
-    const size_t start = line.find_first_not_of(' ', pos);
-    if (start == std::string_view::npos) break;
-    const size_t end = std::min(line.find(' ', start), line.size());
-    fields.push_back(line.substr(start, end - start));
-    pos = end;
-  }
-  return fields;
-}
 
 // Whether some well-formed mountinfo line mounts a filesystem of type `fstype`:
 // id parent major:minor root mount_point options [optional...] - fstype source super_options

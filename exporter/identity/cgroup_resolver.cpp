@@ -1,3 +1,4 @@
+#include "common/strings.h"
 #include "identity/cgroup_resolver.h"
 
 #include <dirent.h>
@@ -29,19 +30,6 @@ std::string unescape_mount_field(std::string_view s) {
     }
   }
   return out;
-}
-
-std::vector<std::string_view> fields_of(std::string_view line) {
-  std::vector<std::string_view> fields;
-  size_t pos = 0;
-  while (pos < line.size()) {
-    const size_t start = line.find_first_not_of(' ', pos);
-    if (start == std::string_view::npos) break;
-    const size_t end = std::min(line.find(' ', start), line.size());
-    fields.push_back(line.substr(start, end - start));
-    pos = end;
-  }
-  return fields;
 }
 
 int preference(std::string_view mount_point) {
@@ -91,7 +79,7 @@ std::optional<std::string> find_cgroup2_mount(std::string_view mountinfo_text) {
   std::string line;
   while (std::getline(in, line)) {
     // id parent major:minor root mount_point options [optional...] - fstype source super_options
-    const std::vector<std::string_view> fields = fields_of(line);
+    const std::vector<std::string_view> fields = split_fields(line);
     if (fields.size() < 7) continue;
     size_t sep = 6;
     while (sep < fields.size() && fields[sep] != "-") ++sep;

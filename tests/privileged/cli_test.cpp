@@ -109,8 +109,4 @@ TEST(Cli, CheckPassesHereAndJsonSaysSo) {
 }  // namespace
 }  // namespace stallwatch::test
 
-int main(int argc, char** argv) {
-  stallwatch::test::require_privileges();
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return stallwatch::test::run_privileged_tests(argc, argv); }

@@ -206,11 +206,33 @@ TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {
   EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
 }
 
+// Past --max-cgroups, new cgroups fold into one overflow series instead of adding series.
+TEST(Cardinality, CgroupsPastTheLimitFoldIntoOverflow) {
+  Daemon daemon({"--max-cgroups", "1"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  TestCgroup first(unique("limit-1")), second(unique("limit-2")), third(unique("limit-3"));
+  int calls = 3;
+  for (const TestCgroup* cg : {&first, &second, &third}) {
+    Spawn s;
+    s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls",
+              "cudaEventSynchronize:" + std::to_string(calls++)};
+    s.cgroup_dir = cg->dir();
+    ASSERT_EQ(wait_exit(spawn(s)), 0);
+  }
+  ASSERT_TRUE(daemon.wait_windows());
+  auto samples = parse_exposition(daemon.metrics());
+  auto count = [&](const std::string& cgroup) {
+    return find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                       {{"cgroup", cgroup}, {"call", "cudaEventSynchronize"}});
+  };
+  EXPECT_EQ(count(first.label()), 3);
+  EXPECT_EQ(count(second.label()), std::nullopt);
+  EXPECT_EQ(count(third.label()), std::nullopt);
+  EXPECT_EQ(count("_overflow"), 4 + 5);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
+}
+
 }  // namespace
 }  // namespace stallwatch::test
 
-int main(int argc, char** argv) {
-  stallwatch::test::require_privileges();
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return stallwatch::test::run_privileged_tests(argc, argv); }

@@ -24,6 +24,8 @@
 #include <sstream>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "identity/cgroup_resolver.h"
 
 namespace stallwatch::test {
@@ -56,6 +58,12 @@ void require_privileges() {
     skip("missing CAP_SYS_ADMIN, CAP_PERFMON or CAP_BPF in the effective set");
   }
   if (cgroup2_root().empty()) skip("no cgroup2 hierarchy mounted");
+}
+
+int run_privileged_tests(int argc, char** argv) {
+  require_privileges();
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 std::optional<std::string> http_get(const std::string& url, long* status) {

@@ -17,6 +17,9 @@ namespace stallwatch::test {
 // CAP_SYS_ADMIN and a cgroup2 hierarchy is mounted.
 void require_privileges();
 
+// main() of a privileged test binary: require_privileges, then every GoogleTest test.
+int run_privileged_tests(int argc, char** argv);
+
 std::optional<std::string> http_get(const std::string& url, long* status = nullptr);
 
 struct Sample {
