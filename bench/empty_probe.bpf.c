@@ -3,13 +3,13 @@
 // where stallwatch attaches cuda_enter/cuda_exit, they cost exactly the uprobe + uretprobe
 // machinery (breakpoint, return-address hijack, BPF dispatch) and nothing of stallwatch's own.
 #include <linux/bpf.h>
-
+// After the UAPI header: bpf_helpers.h uses its types without including it.
 #include <bpf/bpf_helpers.h>
 
 SEC("uprobe")
-int empty_enter(void *ctx) { return 0; }
+int empty_enter(void* ctx) { return 0; }
 
 SEC("uretprobe")
-int empty_exit(void *ctx) { return 0; }
+int empty_exit(void* ctx) { return 0; }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

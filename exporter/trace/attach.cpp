@@ -7,7 +7,6 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "trace/elf_symbols.h"
 
@@ -15,21 +14,6 @@ namespace stallwatch::trace {
 
 void LinkDeleter::operator()(bpf_link* link) const { bpf_link__destroy(link); }
 
-LibraryProbes::~LibraryProbes() {
-  // Grace periods of concurrent detaches overlap: 16 threads take ~1/16 of the serial time
-  // (about 120 ms per link serially on a 6.18 kernel).
-  constexpr size_t kThreads = 16;
-  if (links_.size() <= 2) return;
-  std::vector<std::thread> workers;
-  size_t per = (links_.size() + kThreads - 1) / kThreads;
-  for (size_t begin = 0; begin < links_.size(); begin += per) {
-    size_t end = std::min(links_.size(), begin + per);
-    workers.emplace_back([this, begin, end] {
-      for (size_t i = begin; i < end; ++i) links_[i].reset();
-    });
-  }
-  for (auto& w : workers) w.join();
-}
 
 namespace {
 

@@ -1,7 +1,9 @@
 // Uprobes on one library file: an entry and a return probe on every exported symbol that is a
 // traced call or a variant of one, the call id as bpf_cookie. Probes attach to the file (its
 // inode), so every process that maps it is traced, including ones that map it later.
-// Destroying the object detaches. Not thread-safe.
+// Destroying the object detaches; on 6.x kernels each detach waits for an RCU grace period
+// (about 110 ms here, serialised by the kernel), so callers destroy off hot threads.
+// Not thread-safe.
 #pragma once
 
 #include <memory>
@@ -31,7 +33,6 @@ class LibraryProbes {
   static Result<std::unique_ptr<LibraryProbes>> attach(bpf_program* enter, bpf_program* exit,
                                                        const std::string& path, Api api);
 
-  ~LibraryProbes();  // detaches in parallel: each uprobe detach waits for an RCU grace period
   size_t probe_count() const { return links_.size(); }
   const std::vector<std::string>& attached_symbols() const { return attached_symbols_; }
   const std::vector<std::string>& missing_calls() const { return missing_calls_; }

@@ -1,0 +1,108 @@
+// empty_probe LIBRARY: the baseline of bench/run.sh. Attaches the empty uprobe + uretprobe pair of
+// empty_probe.bpf.c where the daemon's LibraryProbes::attach would attach cuda_enter/cuda_exit:
+// one pair per distinct file offset of every exported symbol call_for_symbol() knows, pid -1 (all
+// processes). Prints "ready" once every probe is attached, then holds them until SIGTERM/SIGINT.
+// Exit status: 0 after a clean detach, 1 on any failure (nothing is left attached), 2 on usage.
+#include <bpf/libbpf.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "empty_probe.skel.h"
+#include "trace/calls.h"
+#include "trace/elf_symbols.h"
+
+namespace {
+
+struct SkelDeleter {
+  void operator()(empty_probe_bpf* skel) const { empty_probe_bpf__destroy(skel); }
+};
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+
+LinkPtr attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool retprobe) {
+  bpf_uprobe_opts opts{};
+  opts.sz = sizeof(opts);
+  opts.retprobe = retprobe;
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offset, &opts);
+  if (!link) {
+    std::fprintf(stderr, "empty_probe: %s at %s+0x%llx: %s\n", retprobe ? "uretprobe" : "uprobe",
+                 path.c_str(), static_cast<unsigned long long>(offset), std::strerror(errno));
+  }
+  return LinkPtr(link);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace stallwatch::trace;
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: empty_probe LIBRARY   (e.g. build/mock/libcudart.so.12)\n");
+    return 2;
+  }
+  const std::string path = argv[1];
+  auto api = api_of_library(path);
+  if (!api) {
+    std::fprintf(stderr, "empty_probe: %s is not a CUDA runtime, driver or NCCL library name\n",
+                 path.c_str());
+    return 1;
+  }
+  auto symbols = read_function_symbols(path);
+  if (!symbols) {
+    std::fprintf(stderr, "empty_probe: %s\n", symbols.error().message.c_str());
+    return 1;
+  }
+  std::map<std::uint64_t, std::string> targets;  // aliases share an offset: one pair each
+  for (const auto& s : *symbols) {
+    if (call_for_symbol(s.name, *api)) targets.emplace(s.file_offset, s.name);
+  }
+  if (targets.empty()) {
+    std::fprintf(stderr, "empty_probe: %s exports no traced symbol\n", path.c_str());
+    return 1;
+  }
+
+  // Block the stop signals before any thread exists, then wait for them with sigwait: no
+  // handler, no race between "ready" and an early SIGTERM.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  std::unique_ptr<empty_probe_bpf, SkelDeleter> skel(empty_probe_bpf__open_and_load());
+  if (!skel) {
+    std::fprintf(stderr, "empty_probe: loading the BPF object: %s\n", std::strerror(errno));
+    return 1;
+  }
+  std::vector<LinkPtr> links;
+  bool ok = true;
+  for (const auto& [offset, name] : targets) {
+    links.push_back(attach(skel->progs.empty_enter, path, offset, false));
+    links.push_back(attach(skel->progs.empty_exit, path, offset, true));
+    if (!links[links.size() - 2] || !links.back()) {
+      ok = false;
+      break;
+    }
+  }
+  if (ok) {
+    std::printf("ready %zu probes on %zu symbols of %s\n", links.size(), targets.size(),
+                path.c_str());
+    std::fflush(stdout);
+    int sig = 0;
+    sigwait(&stop, &sig);
+  }
+  // Detach, one link after another (the skeleton unloads after them). Each waits for an RCU grace
+  // period (~110 ms here) and this kernel serialises them even across threads, so the daemon's
+  // parallel detach would gain nothing: 42 links take about 4.5 s either way.
+  links.clear();
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# bench/run.sh: the benchmark behind DESIGN.md "Performance targets" (run as root; `make bench`
+# calls it). Builds what it needs, then measures in one run:
+#  1. per-call cost, in ROUNDS interleaved rounds of three variants (order rotated each round):
+#     untraced, an empty uprobe+uretprobe pair (bench/empty_probe), and the real daemon;
+#     reports medians, the added ns of each over untraced and (daemon-untraced)/(empty-untraced);
+#  2. daemon cost: its CPU (utime+stime, % of one core), RSS, lost events and calls counted while
+#     call_loop paces RATES calls/s (over RATE_THREADS threads) for RATE_SECONDS each, and idle;
+#  3. BPF program run time (kernel.bpf_stats_enabled) per run: sched_switch/sched_wakeup under a
+#     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair.
+# Writes bench/results/latest.json and prints a table. Knobs (environment): ROUNDS, CALLS,
+# RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, PORT, BUILD, JOBS, OUT.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${BUILD:-$ROOT/build}"
+ROUNDS="${ROUNDS:-7}"
+CALLS="${CALLS:-200000}"
+RATES="${RATES:-10000 100000}"
+RATE_SECONDS="${RATE_SECONDS:-10}"
+RATE_THREADS="${RATE_THREADS:-$(nproc)}"
+IDLE_SECONDS="${IDLE_SECONDS:-5}"
+PINGPONG_SECONDS="${PINGPONG_SECONDS:-5}"
+PORT="${PORT:-19464}"
+JOBS="${JOBS:-1}"
+OUT="${OUT:-$ROOT/bench/results/latest.json}"
+
+log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+[[ $(id -u) -eq 0 ]] || die "run as root: uprobes, the daemon and bpf_stats need it"
+for tool in cmake curl jq bpftool sysctl; do
+  command -v "$tool" >/dev/null || die "$tool not found"
+done
+
+log "building stallwatch, mock_cudart_mock, empty_probe, call_loop, pingpong (-j $JOBS)"
+cmake --build "$BUILD" --target stallwatch mock_cudart_mock empty_probe call_loop pingpong \
+  -j "$JOBS" >&2
+
+# A private copy of the mock runtime: its own inode, so probes that tests or other tools hold on
+# build/mock/libcudart.so.12 never fire in this loop (nor ours in theirs). Same bytes, same name.
+WORK="$BUILD/bench/run"
+rm -rf "$WORK"
+mkdir -p "$WORK/lib" "$(dirname "$OUT")"
+LIB="$WORK/lib/libcudart.so.12"
+cp "$BUILD/mock/libcudart.so.12" "$LIB"
+export MOCK_CUDA_SYNC_CPU_US=0
+CALL_LOOP="$BUILD/bench/call_loop"
+URL=
+
+LOADER_PID=
+DAEMON_PID=
+WARM_PID=
+STATS_WAS=
+# Also on failure: nothing of ours stays attached or running, bpf_stats goes back as it was.
+cleanup() {
+  [[ -n $WARM_PID ]] && stop_pid "$WARM_PID" 5
+  [[ -n $LOADER_PID ]] && stop_pid "$LOADER_PID" 60
+  [[ -n $DAEMON_PID ]] && stop_pid "$DAEMON_PID" 60
+  [[ -n $STATS_WAS ]] && sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+alive() { # PID: running and not a zombie
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) }
+  [[ ${s:0:1} != Z ]]
+}
+
+stop_pid() { # PID LIMIT_S: SIGTERM, wait up to LIMIT_S seconds, then SIGKILL
+  local pid=$1 limit=$2 i
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < limit * 10; i++)); do
+    alive "$pid" || break
+    sleep 0.1
+  done
+  if alive "$pid"; then
+    log "pid $pid still running ${limit}s after SIGTERM; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+}
+
+now_ms() { date +%s%3N; }
+
+# Sum of every sample of one metric family in the daemon's exposition (0 when absent).
+metric() {
+  curl -s --max-time 5 "$URL/metrics" |
+    awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%.0f\n", s }'
+}
+
+# Uprobes on our library copy held by any process but our loader and daemon: another stallwatch
+# that saw our call_loop map it. Samples taken while any exist are set aside.
+foreign_probes() {
+  bpftool perf show -j 2>/dev/null |
+    jq --arg f "$LIB" --argjson mine "[${LOADER_PID:-0},${DAEMON_PID:-0}]" \
+      '[.[] | select((.filename // "") | endswith($f)) | select(.pid | IN($mine[]) | not)] | length'
+}
+
+start_loader() {
+  "$BUILD/bench/empty_probe" "$LIB" >"$WORK/loader.out" 2>"$WORK/loader.err" &
+  LOADER_PID=$!
+  local i
+  for ((i = 0; i < 300; i++)); do
+    grep -q '^ready' "$WORK/loader.out" && return 0
+    alive "$LOADER_PID" || die "empty_probe exited: $(cat "$WORK/loader.err")"
+    sleep 0.1
+  done
+  die "empty_probe not ready after 30 s"
+}
+
+stop_loader() {
+  stop_pid "$LOADER_PID" 60
+  LOADER_PID=
+}
+
+free_port() { # first port from PORT up that nothing listens on
+  local p
+  for ((p = PORT; p < PORT + 100; p++)); do
+    [[ -z $(ss -Hltn "sport = :$p" 2>/dev/null) ]] && {
+      echo "$p"
+      return
+    }
+  done
+  die "no free port in $PORT..$((PORT + 99))"
+}
+
+DAEMON_START_MS=0
+start_daemon() {
+  local t0 i code probes port
+  t0=$(now_ms)
+  port=$(free_port)
+  URL="http://127.0.0.1:$port"
+  "$BUILD/stallwatch" run --listen "127.0.0.1:$port" --window 1s --detach-linger 600s \
+    >>"$WORK/daemon.log" 2>&1 &
+  DAEMON_PID=$!
+  for ((i = 0; i < 600; i++)); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$URL/healthz" || true)
+    [[ $code == 200 ]] && break
+    alive "$DAEMON_PID" || die "stallwatch exited; see $WORK/daemon.log"
+    sleep 0.1
+  done
+  [[ $code == 200 ]] || die "stallwatch /healthz not 200 after 60 s"
+  # Probes go on when a process maps the library: keep one mapping it until they are attached.
+  "$CALL_LOOP" "$LIB" --rate 1000 --seconds 60 >/dev/null &
+  WARM_PID=$!
+  for ((i = 0; i < 300; i++)); do
+    probes=$(metric stallwatch_attached_probes)
+    ((probes > 0)) && break
+    sleep 0.1
+  done
+  stop_pid "$WARM_PID" 5
+  WARM_PID=
+  ((probes > 0)) || die "stallwatch attached no probe to $LIB within 30 s"
+  DAEMON_PROBES=$probes
+  DAEMON_START_MS=$(($(now_ms) - t0))
+}
+
+DAEMON_STOP_MS=0
+stop_daemon() {
+  local t0
+  t0=$(now_ms)
+  stop_pid "$DAEMON_PID" 120
+  DAEMON_PID=
+  DAEMON_STOP_MS=$(($(now_ms) - t0))
+}
+
+measure() { "$CALL_LOOP" "$LIB" --calls "$CALLS" | jq -r .ns_per_call; }
+
+# Per-process CPU of the daemon: utime+stime in clock ticks (all threads), and the precise
+# on-CPU nanoseconds from schedstat summed over its threads.
+cpu_ticks() {
+  local s f
+  s=$(<"/proc/$1/stat")
+  s=${s##*) }
+  read -ra f <<<"$s"
+  echo $((f[11] + f[12]))
+}
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+
+# ---------------------------------------------------------------------------------------------
+# 1. Per-call cost, interleaved.
+pre_foreign=$(pgrep -x stallwatch | wc -l || true)
+((pre_foreign == 0)) || log "warning: $pre_foreign other stallwatch process(es) running"
+SAMPLES="$WORK/samples.jsonl"
+: >"$SAMPLES"
+VARIANTS=(untraced empty stallwatch)
+EMPTY_PROBES=0
+DAEMON_PROBES=0
+start_all=$(now_ms)
+for ((r = 1; r <= ROUNDS; r++)); do
+  for ((k = 0; k < 3; k++)); do
+    v=${VARIANTS[(r + k) % 3]}
+    setup_ms=0
+    teardown_ms=0
+    case $v in
+      empty)
+        t0=$(now_ms)
+        start_loader
+        setup_ms=$(($(now_ms) - t0))
+        EMPTY_PROBES=$(awk '{ print $2 }' "$WORK/loader.out")
+        ;;
+      stallwatch)
+        start_daemon
+        setup_ms=$DAEMON_START_MS
+        ;;
+    esac
+    f1=$(foreign_probes)
+    ns=$(measure)
+    f2=$(foreign_probes)
+    case $v in
+      empty)
+        t0=$(now_ms)
+        stop_loader
+        teardown_ms=$(($(now_ms) - t0))
+        ;;
+      stallwatch)
+        stop_daemon
+        teardown_ms=$DAEMON_STOP_MS
+        ;;
+    esac
+    log "round $r/$ROUNDS $v: $ns ns/call (setup ${setup_ms} ms, teardown ${teardown_ms} ms)"
+    printf '{"round":%d,"variant":"%s","ns_per_call":%s,"foreign_probes":%d,"setup_ms":%d,"teardown_ms":%d}\n' \
+      "$r" "$v" "$ns" "$((f1 > f2 ? f1 : f2))" "$setup_ms" "$teardown_ms" >>"$SAMPLES"
+  done
+done
+rounds_ms=$(($(now_ms) - start_all))
+
+# ---------------------------------------------------------------------------------------------
+# 2. Daemon cost under paced load.
+COST="$WORK/cost.jsonl"
+: >"$COST"
+start_daemon
+sleep 2.2 # let the warm-up calls reach /metrics before the first step counts anything
+CLK_TCK=$(getconf CLK_TCK)
+for rate in 0 $RATES; do
+  lost0=$(metric stallwatch_events_lost_total)
+  counted0=$(metric stallwatch_cuda_call_duration_seconds_count)
+  t0=$(cpu_ticks "$DAEMON_PID")
+  n0=$(cpu_ns "$DAEMON_PID")
+  w0=$(date +%s%N)
+  if ((rate == 0)); then
+    sleep "$IDLE_SECONDS"
+    load='{"calls":0,"rate":0,"target_rate":0}'
+  else
+    load=$("$CALL_LOOP" "$LIB" --rate "$rate" --seconds "$RATE_SECONDS" --threads "$RATE_THREADS")
+  fi
+  w1=$(date +%s%N)
+  t1=$(cpu_ticks "$DAEMON_PID")
+  n1=$(cpu_ns "$DAEMON_PID")
+  rss=$(status_kb "$DAEMON_PID" VmRSS)
+  hwm=$(status_kb "$DAEMON_PID" VmHWM)
+  sleep 2.2 # two 1 s windows: the counters of the last calls reach /metrics
+  lost1=$(metric stallwatch_events_lost_total)
+  counted1=$(metric stallwatch_cuda_call_duration_seconds_count)
+  jq -nc --argjson load "$load" --argjson rate "$rate" --argjson wall_ns "$((w1 - w0))" \
+    --argjson ticks "$((t1 - t0))" --argjson tck "$CLK_TCK" --argjson sched_ns "$((n1 - n0))" \
+    --argjson rss "$rss" --argjson hwm "$hwm" --argjson lost "$((lost1 - lost0))" \
+    --argjson lost_total "$lost1" --argjson counted "$((counted1 - counted0))" \
+    '{target_rate: $rate, achieved_rate: $load.rate, calls: $load.calls, calls_counted: $counted,
+      seconds: ($wall_ns / 1e9), cpu_ticks: $ticks,
+      cpu_percent_stat: ($ticks / $tck / ($wall_ns / 1e9) * 100),
+      cpu_percent_schedstat: ($sched_ns / $wall_ns * 100),
+      rss_kb: $rss, rss_peak_kb: $hwm, lost_events: $lost, lost_events_total: $lost_total}' \
+    >>"$COST"
+  log "daemon at $rate calls/s: $(tail -n1 "$COST")"
+done
+
+# ---------------------------------------------------------------------------------------------
+# 3. BPF program run time per run, from bpf_stats (only now: it slows every program a little).
+# {name: {run_time_ns, run_cnt}} summed over the programs our daemon and loader hold. This
+# bpftool lists no owner pids, so the program ids come from the attachments perf show lists.
+prog_stats() {
+  local ids
+  ids=$(bpftool perf show -j |
+    jq -c --argjson mine "[${DAEMON_PID:-0},${LOADER_PID:-0}]" \
+      '[.[] | select(.pid | IN($mine[])) | .prog_id] | unique')
+  bpftool prog show -j |
+    jq -c --argjson ids "$ids" '
+      [.[] | select(.id | IN($ids[]))]
+      | group_by(.name)
+      | map({key: .[0].name, value: {run_time_ns: (map(.run_time_ns // 0) | add),
+                                     run_cnt: (map(.run_cnt // 0) | add)}})
+      | from_entries'
+}
+HOOKS="$WORK/hooks.jsonl"
+: >"$HOOKS"
+STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
+sysctl -qw kernel.bpf_stats_enabled=1
+stat_phase() { # NAME COMMAND...: program run time deltas over the command
+  local name=$1 before after out
+  shift
+  before=$(prog_stats)
+  out=$("$@")
+  after=$(prog_stats)
+  jq -nc --arg phase "$name" --argjson b "$before" --argjson a "$after" --argjson out "$out" \
+    '{phase: $phase, load: $out,
+      programs: ($a | with_entries(.value as $v | ($b[.key] // {run_time_ns: 0, run_cnt: 0}) as $o
+        | .value = {runs: ($v.run_cnt - $o.run_cnt), run_time_ns: ($v.run_time_ns - $o.run_time_ns),
+                    ns_per_run: (if $v.run_cnt > $o.run_cnt
+                                 then ($v.run_time_ns - $o.run_time_ns) / ($v.run_cnt - $o.run_cnt)
+                                 else null end)}))}' >>"$HOOKS"
+  log "bpf_stats $name: $(tail -n1 "$HOOKS" | jq -c '.programs | map_values(.ns_per_run)')"
+}
+stat_phase pingpong_untraced "$BUILD/bench/pingpong" --seconds "$PINGPONG_SECONDS"
+stat_phase pingpong_traced "$BUILD/bench/pingpong" --seconds "$PINGPONG_SECONDS" --lib "$LIB"
+start_loader
+stat_phase call_loop "$CALL_LOOP" "$LIB" --calls "$CALLS"
+stop_loader
+sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
+STATS_WAS=
+stop_daemon
+total_ms=$(($(now_ms) - start_all))
+
+# ---------------------------------------------------------------------------------------------
+# Results: one JSON document, then a table from it.
+jq -n --slurpfile samples "$SAMPLES" --slurpfile cost "$COST" --slurpfile hooks "$HOOKS" \
+  --arg date "$(date -u +%FT%TZ)" --arg kernel "$(uname -r)" \
+  --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
+  --argjson nproc "$(nproc)" --argjson rounds "$ROUNDS" --argjson calls "$CALLS" \
+  --arg revision "$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)" \
+  --argjson empty_probes "$EMPTY_PROBES" --argjson daemon_probes "$DAEMON_PROBES" \
+  --argjson rounds_ms "$rounds_ms" --argjson total_ms "$total_ms" \
+  --argjson other_daemons "$pre_foreign" '
+  def median: sort | if length == 0 then null
+                     elif length % 2 == 1 then .[length / 2 | floor]
+                     else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  ($samples | map(select(.foreign_probes == 0))) as $clean
+  | (if ($clean | length) > 0 then $clean else $samples end) as $use
+  | ($use | group_by(.variant) | map({key: .[0].variant, value: (map(.ns_per_call) | median)})
+     | from_entries) as $m
+  | ($use | group_by(.round)
+     | map(select(length == 3) | (map({key: .variant, value: .ns_per_call}) | from_entries)
+           | select(.empty > .untraced) | (.stallwatch - .untraced) / (.empty - .untraced)))
+     as $paired
+  | {date: $date, kernel: $kernel, cpu: $cpu, nproc: $nproc, revision: $revision,
+     rounds: $rounds, calls_per_sample: $calls, other_stallwatch_at_start: $other_daemons,
+     runtime_s: {rounds: ($rounds_ms / 1000), total: ($total_ms / 1000)},
+     call_cost: {
+       probes_attached: {empty: $empty_probes, stallwatch: $daemon_probes},
+       samples: $samples,
+       samples_set_aside_for_foreign_probes: (($samples | length) - ($clean | length)),
+       median_ns_per_call: $m,
+       added_ns: {empty: ($m.empty - $m.untraced), stallwatch: ($m.stallwatch - $m.untraced)},
+       ratio_of_medians: (($m.stallwatch - $m.untraced) / ($m.empty - $m.untraced)),
+       ratio_paired: {per_round: $paired, median: ($paired | median)},
+       target_ratio: 1.10},
+     daemon_cost: {samples: $cost, target_cpu_percent: 1.0, target_rss_kb: 65536},
+     bpf_run_time: $hooks}
+  | (.bpf_run_time | map(select(.phase == "call_loop"))[0].programs) as $p
+  | .call_cost.bpf_body_ns_per_call = {
+      stallwatch: ($p.cuda_enter.ns_per_run + $p.cuda_exit.ns_per_run),
+      empty: ($p.empty_enter.ns_per_run + $p.empty_exit.ns_per_run)}
+  | .call_cost.ratio_estimate_from_bpf_stats =
+      (1 + (.call_cost.bpf_body_ns_per_call.stallwatch - .call_cost.bpf_body_ns_per_call.empty)
+             / .call_cost.added_ns.empty)
+  | .call_cost.pass = (.call_cost.ratio_of_medians <= 1.10)' >"$OUT"
+log "wrote $OUT"
+
+table() { jq -r "def r(n): if . == null then \"-\" else (. * pow(10; n) | round) / pow(10; n) | tostring end; $1" "$OUT" | column -t -s $'\t'; }
+jq -r '"per-call cost: \(.rounds) interleaved rounds x \(.calls_per_sample) calls, medians; \(.kernel), \(.nproc) x \(.cpu)"' "$OUT"
+table '"variant\tns/call\tadded ns\tprobes",
+  "untraced\t\(.call_cost.median_ns_per_call.untraced | r(1))\t-\t0",
+  "empty pair\t\(.call_cost.median_ns_per_call.empty | r(1))\t\(.call_cost.added_ns.empty | r(1))\t\(.call_cost.probes_attached.empty)",
+  "stallwatch\t\(.call_cost.median_ns_per_call.stallwatch | r(1))\t\(.call_cost.added_ns.stallwatch | r(1))\t\(.call_cost.probes_attached.stallwatch)"'
+table '"ratio (stallwatch-untraced)/(empty-untraced):\t\(.call_cost.ratio_of_medians | r(3))\t(target <= 1.10)",
+  "paired per-round ratios, median:\t\(.call_cost.ratio_paired.median | r(3))\t\(.call_cost.ratio_paired.per_round | map(r(2)) | join(" "))",
+  "estimate from bpf_stats:\t\(.call_cost.ratio_estimate_from_bpf_stats | r(3))\t(1 + (cuda_enter+cuda_exit - empty pair body ns) / empty added ns)",
+  "samples set aside (foreign probes):\t\(.call_cost.samples_set_aside_for_foreign_probes)"'
+echo
+echo "daemon cost (--window 1s, call_loop over $RATE_THREADS threads)"
+table '"calls/s\tachieved\tcalls\tcounted\tCPU % stat\tCPU % schedstat\tRSS MB\tpeak MB\tlost",
+  (.daemon_cost.samples[] | "\(.target_rate)\t\(.achieved_rate | r(0))\t\(.calls)\t\(.calls_counted)\t\(.cpu_percent_stat | r(2))\t\(.cpu_percent_schedstat | r(3))\t\(.rss_kb / 1024 | r(1))\t\(.rss_peak_kb / 1024 | r(1))\t\(.lost_events)")'
+echo
+echo "BPF program run time (bpf_stats; program body only, not the uprobe trap)"
+# shellcheck disable=SC2016 # $p is a jq variable
+table '"phase\tprogram\truns\tns/run",
+  (.bpf_run_time[] | .phase as $p | .programs | to_entries[] | select(.key != "discovery_mmap" and .value.runs >= 1000)
+   | "\($p)\t\(.key)\t\(.value.runs)\t\(.value.ns_per_run | r(1))")'
+echo
+table '"total runtime \(.runtime_s.total | r(0)) s (rounds \(.runtime_s.rounds | r(0)) s)"'
