@@ -283,15 +283,17 @@ bool CheckReport::tracing_possible() const {
                       [](const CheckItem& i) { return i.status == Status::kFail; });
 }
 
+std::vector<CheckItem> run_preflight_checks() {
+  return {btf_check(), capabilities_check(), tp_btf_check(), uprobes_check(), cgroup_check()};
+}
+
 CheckReport run_checks() {
   CheckReport r;
   r.items.push_back(kernel_check());
-  r.items.push_back(btf_check());
-  r.items.push_back(capabilities_check());
-  r.items.push_back(tp_btf_check());
-  r.items.push_back(uprobes_check());
+  auto preflight = run_preflight_checks();
+  r.items.insert(r.items.end(), preflight.begin(), preflight.begin() + 4);  // btf .. uprobes
   r.items.push_back(tracefs_check());
-  r.items.push_back(cgroup_check());
+  r.items.push_back(preflight[4]);  // cgroup
   r.items.push_back(memlock_check());
   r.items.push_back(cuda_libraries_check(r.libraries));
   return r;

@@ -48,6 +48,9 @@ struct CheckReport {
 };
 
 // Reads the live system and runs every check, in the order documented in check.cpp.
+// The checks without which no probe can load (btf, capabilities, tp_btf, uprobes, cgroup), in
+// that order; `run` uses them before loading, without the CUDA library scan.
+std::vector<CheckItem> run_preflight_checks();
 CheckReport run_checks();
 // Human output: a header, one aligned line per item, the CUDA libraries, a verdict line.
 std::string render_text(const CheckReport& report);

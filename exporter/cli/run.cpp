@@ -28,11 +28,9 @@ void on_signal(int) { g_stop = true; }
 
 // The checks without which no probe can be loaded; run first so the error names the cause.
 bool preflight() {
-  CheckReport report = run_checks();
   bool ok = true;
-  for (const auto& item : report.items) {
+  for (const auto& item : run_preflight_checks()) {
     if (item.status != Status::kFail) continue;
-    if (item.name == "cuda_libraries" || item.name == "tracefs") continue;
     SW_LOG(kError) << item.name << ": " << item.detail;
     if (!item.fix.empty()) SW_LOG(kHint) << item.fix;
     ok = false;
