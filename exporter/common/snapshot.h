@@ -54,6 +54,14 @@ struct ProcessCall {
   CallTotals totals;
 };
 
+// A CUDA-issuing process of a series (never a metric label: explain and the chain engine use it).
+struct ProcessInfo {
+  int pid = 0;
+  std::string comm;
+  std::int64_t start_ns = 0;  // unix time the process started; 0 when unknown
+  OffcpuTotals offcpu;        // of its CUDA-issuing threads, cumulative
+};
+
 // Everything about one exported series of workloads (one cgroup, or the overflow fold).
 struct Series {
   identity::Identity identity;        // identity.cgroup is the `cgroup` label
@@ -62,11 +70,33 @@ struct Series {
   double runnable_ratio = 0;  // share of the CUDA-issuing threads' time spent runnable, last window
   double blocked_ratio = 0;
   std::vector<ProcessCall> processes;
+  std::map<int, ProcessInfo> process_info;  // by pid, live processes only
   std::vector<Preemptor> preemptors;  // top first by runnable_ns, at most 10
 };
 
 // Label value of the series that holds cgroups past --max-cgroups.
 inline constexpr const char* kOverflowCgroup = "_overflow";
+
+// Chain counters of one (kind, severity, workload) for stallwatch_chains_total / _chain_active.
+struct ChainCount {
+  std::string kind;
+  std::string severity;
+  identity::Identity identity;
+  std::uint64_t total = 0;   // chains opened with this severity, cumulative
+  std::uint64_t active = 0;  // open now with this severity
+};
+
+// Self-metrics of the SQLite store (all zero when no store is configured).
+struct StoreStats {
+  bool enabled = false;
+  std::uint64_t batches_written = 0;
+  std::uint64_t rows_written = 0;
+  std::uint64_t batches_dropped = 0;  // queue full: the writer fell behind
+  std::uint64_t write_errors = 0;
+  std::uint64_t rows_pruned = 0;
+  std::uint64_t queue_size = 0;
+  std::uint64_t db_bytes = 0;
+};
 
 struct Snapshot {
   std::uint64_t sequence = 0;  // 1 for the first window, +1 each window
@@ -79,6 +109,8 @@ struct Snapshot {
   std::uint64_t attached_libraries = 0;  // library files with probes now
   std::uint64_t attached_probes = 0;     // uprobe + uretprobe links now
   bool ready = false;                    // probes attached; /healthz answers 200
+  std::vector<ChainCount> chains;        // filled by the chain engine before publishing
+  StoreStats store;                      // filled from the store before publishing
 };
 
 }  // namespace stallwatch

@@ -1,0 +1,82 @@
+// A causal chain: one host-side condition that made a workload's CUDA calls slow, from the
+// moment the engine opens it to the moment it closes. The engine (engine.h) creates and updates
+// chains; the store persists them; explain, the metrics and OTLP read them.
+// Plain values; thread-safety is the holder's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "identity/cgroup_identity.h"
+
+namespace stallwatch::chains {
+
+// The closed set of DESIGN.md; names are the `kind` label values.
+enum class Kind : std::uint8_t {
+  kCpuContention,
+  kMemoryPressure,
+  kIoStall,
+  kNetworkRetransmit,
+  kAllocSpike,
+  kColdStart,
+  kMemcpyBound,
+  kGpuContention,
+  kNcclStraggler,
+};
+inline constexpr int kKindCount = 9;
+
+enum class Severity : std::uint8_t { kLow, kMedium, kHigh, kCritical };
+inline constexpr int kSeverityCount = 4;
+
+std::string_view kind_name(Kind k);
+std::optional<Kind> kind_from_name(std::string_view name);
+std::string_view severity_name(Severity s);  // low, medium, high, critical
+std::optional<Severity> severity_from_name(std::string_view name);
+
+// Someone or something that made the condition worse: a preemptor, another CUDA process, ...
+struct Contributor {
+  std::string comm;
+  int pid = 0;
+  std::string cgroup;
+  std::string role;           // "preemptor", "same workload", "other CUDA process", ...
+  std::uint64_t cpu_ns = 0;   // time taken from the victim (preemptors) or spent in CUDA calls
+  std::uint64_t count = 0;    // preemptions, calls, ...
+
+  bool operator==(const Contributor&) const = default;
+};
+
+struct Chain {
+  std::string id;  // 16 hex digits, unique per chain; the store's primary key
+  Kind kind = Kind::kCpuContention;
+  Severity severity = Severity::kLow;  // now
+  Severity peak = Severity::kLow;      // the worst it has been
+  bool open = true;
+  identity::Identity identity;  // identity.cgroup is the `cgroup` label of the workload
+  int pid = 0;                  // the affected process (0 when the chain is about a cgroup)
+  std::string comm;
+  std::string call;  // the affected CUDA call, e.g. cudaStreamSynchronize
+  std::string api;   // runtime, driver, nccl
+  double p50_s = 0;  // the call's latency in the latest window the condition held
+  double p99_s = 0;
+  double baseline_p50_s = 0;  // 0 when no baseline is known yet
+  double baseline_p99_s = 0;
+  double ratio = 0;  // p99_s / baseline_p99_s; 0 when the baseline is unknown
+  std::int64_t opened_ns = 0;   // unix time
+  std::int64_t updated_ns = 0;  // end of the latest window the condition held
+  std::int64_t closed_ns = 0;   // 0 while open
+  std::uint64_t windows = 0;    // windows in which the condition held
+  std::string summary;          // one line: "[HIGH] cpu_contention: cudaStreamSynchronize ..."
+  std::string root_cause;       // the cause with its numbers
+  std::string effect;           // what it did to the CUDA calls
+  std::string recommendation;   // commands a person can paste, one per line
+  std::vector<Contributor> contributors;                  // worst first
+  std::vector<std::pair<std::string, double>> evidence;  // named numbers, e.g. runnable_share
+
+  double evidence_value(std::string_view name, double fallback = 0) const;
+};
+
+}  // namespace stallwatch::chains

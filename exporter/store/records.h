@@ -1,0 +1,52 @@
+// What one window gives the store: the batch the writer thread commits in one transaction.
+// Built by the run loop (or the demo) from the window view, the chain engine's changes, the
+// outlier records and the host context. Plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "chains/chain.h"
+#include "chains/window.h"
+#include "identity/cgroup_identity.h"
+
+namespace stallwatch::store {
+
+// System context of the window (explain's first lines). Negative when unknown.
+struct HostContext {
+  double cpu_busy = -1;  // share of all CPUs busy, 0..1
+  double mem_used = -1;  // share of MemTotal not available, 0..1
+  double load1 = -1;
+  int cpus = 0;
+  std::int64_t swap_used_bytes = -1;
+};
+
+// One outlier record of the ring buffer, with names resolved.
+struct Outlier {
+  std::int64_t ts_ns = 0;  // unix time the call ended
+  std::string cgroup;      // series label
+  int pid = 0;
+  int tid = 0;
+  std::string comm;
+  std::string call;
+  std::string api;
+  std::uint64_t duration_ns = 0;
+  std::uint64_t runnable_ns = 0;
+  std::uint64_t blocked_ns = 0;
+  std::uint32_t preemptions = 0;
+};
+
+struct WindowBatch {
+  std::int64_t end_ns = 0;     // unix time the window ended: the rows' ts_ns
+  std::int64_t window_ns = 0;
+  HostContext host;
+  std::vector<identity::Identity> cgroups;       // series seen this window
+  std::vector<chains::ProcessWindow> processes;  // this window's deltas (window.h)
+  std::vector<Outlier> outliers;                 // worst first, bounded by the caller
+  std::vector<chains::Chain> chains;             // opened, updated or closed this window
+
+  size_t rows() const;
+};
+
+}  // namespace stallwatch::store

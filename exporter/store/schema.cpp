@@ -1,0 +1,137 @@
+#include "store/schema.h"
+
+#include <array>
+
+#include "store/sqlite.h"
+
+namespace stallwatch::store {
+namespace {
+
+// Step i takes version i to version i + 1. Never edit a shipped step: add one.
+constexpr std::array<const char*, kSchemaVersion> kSteps = {
+    // 0 → 1: the first schema.
+    R"sql(
+CREATE TABLE cgroups(
+  path TEXT PRIMARY KEY, container_id TEXT, pod_uid TEXT, runtime TEXT, qos TEXT,
+  systemd_unit TEXT, slurm_job TEXT, slurm_step TEXT,
+  first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL);
+CREATE TABLE processes(
+  pid INTEGER NOT NULL, start_ns INTEGER NOT NULL, comm TEXT, cgroup TEXT,
+  first_seen_ns INTEGER NOT NULL, last_seen_ns INTEGER NOT NULL,
+  PRIMARY KEY(pid, start_ns));
+CREATE TABLE windows(ts_ns INTEGER PRIMARY KEY, window_ns INTEGER NOT NULL);
+CREATE TABLE call_windows(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL, call TEXT NOT NULL,
+  api TEXT NOT NULL, count INTEGER NOT NULL, sum_ns INTEGER NOT NULL,
+  runnable_ns INTEGER NOT NULL, blocked_ns INTEGER NOT NULL, max_ns INTEGER NOT NULL,
+  buckets BLOB);
+CREATE INDEX call_windows_ts ON call_windows(ts_ns);
+CREATE TABLE process_windows(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL,
+  runnable_ns INTEGER NOT NULL, blocked_ns INTEGER NOT NULL, oncpu_ns INTEGER NOT NULL,
+  preemptions INTEGER NOT NULL);
+CREATE INDEX process_windows_ts ON process_windows(ts_ns);
+CREATE TABLE preemptor_windows(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, victim_pid INTEGER NOT NULL,
+  pid INTEGER NOT NULL, comm TEXT, preemptor_cgroup TEXT,
+  runnable_ns INTEGER NOT NULL, count INTEGER NOT NULL);
+CREATE INDEX preemptor_windows_ts ON preemptor_windows(ts_ns);
+CREATE TABLE outliers(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL,
+  comm TEXT, call TEXT NOT NULL, api TEXT NOT NULL, duration_ns INTEGER NOT NULL,
+  runnable_ns INTEGER NOT NULL, blocked_ns INTEGER NOT NULL, preemptions INTEGER NOT NULL);
+CREATE INDEX outliers_ts ON outliers(ts_ns);
+CREATE TABLE chains(
+  id TEXT PRIMARY KEY, kind TEXT NOT NULL, severity TEXT NOT NULL, open INTEGER NOT NULL,
+  cgroup TEXT NOT NULL, pid INTEGER, comm TEXT, call TEXT, api TEXT,
+  p50_s REAL, p99_s REAL, baseline_p50_s REAL, baseline_p99_s REAL, ratio REAL,
+  opened_ns INTEGER NOT NULL, updated_ns INTEGER NOT NULL, closed_ns INTEGER NOT NULL,
+  windows INTEGER NOT NULL, summary TEXT, root_cause TEXT, effect TEXT, recommendation TEXT,
+  contributors TEXT, evidence TEXT);
+)sql",
+    // 1 → 2: system context per window; peak severity and workload identity on chains.
+    R"sql(
+ALTER TABLE windows ADD COLUMN cpu_busy REAL;
+ALTER TABLE windows ADD COLUMN mem_used REAL;
+ALTER TABLE windows ADD COLUMN load1 REAL;
+ALTER TABLE windows ADD COLUMN cpus INTEGER;
+ALTER TABLE windows ADD COLUMN swap_used_bytes INTEGER;
+ALTER TABLE chains ADD COLUMN peak TEXT;
+ALTER TABLE chains ADD COLUMN container_id TEXT;
+ALTER TABLE chains ADD COLUMN pod_uid TEXT;
+UPDATE chains SET peak = severity WHERE peak IS NULL;
+CREATE INDEX chains_updated ON chains(updated_ns);
+)sql",
+};
+
+}  // namespace
+
+Result<int> schema_version(sqlite3* db) {
+  auto st = Stmt::prepare(db, "PRAGMA user_version");
+  if (!st) return st.error();
+  if (st->step() != SQLITE_ROW) return make_error(db_error(db));
+  return static_cast<int>(st->int64(0));
+}
+
+Result<Ok> migrate(sqlite3* db, int target) {
+  auto v = schema_version(db);
+  if (!v) return v.error();
+  if (*v > kSchemaVersion) {
+    return make_error("database schema version " + std::to_string(*v) +
+                      " is newer than this stallwatch understands (" +
+                      std::to_string(kSchemaVersion) + "); upgrade stallwatch or use another --db");
+  }
+  for (int from = *v; from < target; from++) {
+    std::string sql = std::string("BEGIN IMMEDIATE;") + kSteps[static_cast<size_t>(from)] +
+                      "PRAGMA user_version = " + std::to_string(from + 1) + ";COMMIT;";
+    auto r = exec(db, sql);
+    if (!r) {
+      (void)exec(db, "ROLLBACK");
+      return make_error("migrating the database schema from version " + std::to_string(from) +
+                            ": " + r.error().message,
+                        r.error().err);
+    }
+  }
+  return Ok{};
+}
+
+std::string encode_buckets(const trace::KernelBuckets& b) {
+  std::string out;
+  for (size_t k = 0; k < b.size(); k++) {
+    if (b[k] == 0) continue;
+    out.push_back(static_cast<char>(k));
+    std::uint64_t v = b[k];
+    do {
+      std::uint8_t byte = v & 0x7f;
+      v >>= 7;
+      if (v) byte |= 0x80;
+      out.push_back(static_cast<char>(byte));
+    } while (v);
+  }
+  return out;
+}
+
+trace::KernelBuckets decode_buckets(const std::string& blob) {
+  trace::KernelBuckets b{};
+  size_t i = 0;
+  while (i < blob.size()) {
+    auto k = static_cast<std::uint8_t>(blob[i++]);
+    std::uint64_t v = 0;
+    int shift = 0;
+    bool done = false;
+    while (i < blob.size() && shift < 64) {
+      auto byte = static_cast<std::uint8_t>(blob[i++]);
+      v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+      shift += 7;
+      if (!(byte & 0x80)) {
+        done = true;
+        break;
+      }
+    }
+    if (!done || k >= b.size()) break;
+    b[k] = v;
+  }
+  return b;
+}
+
+}  // namespace stallwatch::store
