@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "cli/check.h"
+#include "cli/demo.h"
+#include "cli/explain.h"
+#include "cli/query.h"
 #include "cli/run.h"
 
 namespace {
@@ -15,6 +18,12 @@ constexpr const char* kUsage =
     "  run       trace CUDA calls and the scheduler; serve /metrics (see run --help)\n"
     "  check     can this host trace? kernel, BTF, capabilities, cgroups, CUDA libraries\n"
     "            (--json for machine-readable output)\n"
+    "  explain   the incident report: causal chains with root cause, effect and fix\n"
+    "            (--since 1h, --cgroup PATH, --per-process, --json)\n"
+    "  query     read-only SQL over the chain store (--format table|csv|json)\n"
+    "  demo      a synthetic incident through the real engine, store and /metrics; no root,\n"
+    "            no GPU (incident, cpu-contention, cold-start, memcpy-bottleneck,\n"
+    "            periodic-spike, gpu-steal)\n"
     "  version   print the version\n";
 
 }  // namespace
@@ -28,6 +37,9 @@ int main(int argc, char** argv) {
   std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "run") return stallwatch::cli::run_main(rest);
+  if (cmd == "explain") return stallwatch::cli::explain_main(rest);
+  if (cmd == "query") return stallwatch::cli::query_main(rest);
+  if (cmd == "demo") return stallwatch::cli::demo_main(rest);
   if (cmd == "check") {
     bool json = false;
     for (const auto& a : rest) {

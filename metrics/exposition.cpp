@@ -69,6 +69,45 @@ ClientMetric histogram(Labels labels, const CallTotals& t) {
   return m;
 }
 
+void add_chain_families(const Snapshot& snap, std::vector<MetricFamily>& out) {
+  auto total = family("stallwatch_chains_total",
+                      "Causal chains opened, by kind and the severity they opened with.",
+                      MetricType::Counter);
+  auto active = family("stallwatch_chain_active",
+                       "Causal chains open now, by kind and current severity (0 once closed).",
+                       MetricType::Gauge);
+  for (const auto& c : snap.chains) {
+    Labels l = with(identity_labels(c.identity), {{"kind", c.kind}, {"severity", c.severity}});
+    if (c.total > 0) total.metric.push_back(counter(l, static_cast<double>(c.total)));
+    active.metric.push_back(gauge(l, static_cast<double>(c.active)));
+  }
+  out.push_back(std::move(total));
+  out.push_back(std::move(active));
+}
+
+void add_store_families(const StoreStats& st, std::vector<MetricFamily>& out) {
+  if (!st.enabled) return;
+  auto add = [&](const char* name, const char* help, MetricType type, std::uint64_t v) {
+    auto f = family(name, help, type);
+    f.metric.push_back(type == MetricType::Counter ? counter({}, static_cast<double>(v))
+                                                   : gauge({}, static_cast<double>(v)));
+    out.push_back(std::move(f));
+  };
+  add("stallwatch_store_rows_written_total", "Rows committed to the SQLite store.",
+      MetricType::Counter, st.rows_written);
+  add("stallwatch_store_batches_dropped_total",
+      "Window batches dropped because the store writer fell behind.", MetricType::Counter,
+      st.batches_dropped);
+  add("stallwatch_store_write_errors_total", "Failed store transactions (disk full, I/O errors).",
+      MetricType::Counter, st.write_errors);
+  add("stallwatch_store_rows_pruned_total", "Rows deleted by retention (age or --max-db).",
+      MetricType::Counter, st.rows_pruned);
+  add("stallwatch_store_queue_batches", "Window batches waiting for the store writer.",
+      MetricType::Gauge, st.queue_size);
+  add("stallwatch_store_size_bytes", "Size of the store on disk (database and WAL).",
+      MetricType::Gauge, st.db_bytes);
+}
+
 }  // namespace
 
 const char* lost_source_name(unsigned source) {
@@ -152,6 +191,8 @@ std::vector<MetricFamily> to_families(const Snapshot& snap, const BuildInfo& bui
                   &probes, &seq, &build_info}) {
     out.push_back(std::move(*f));
   }
+  add_chain_families(snap, out);
+  add_store_families(snap.store, out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/duration.h"
+#include "common/size.h"
 
 namespace stallwatch::cli {
 namespace po = boost::program_options;
@@ -42,7 +43,11 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
     ("help,h", "show this help")
     ("config", po::value<std::string>(), "read options from FILE (`name = value` lines; flags win)")
     ("listen", po::value<std::string>(), "ADDR:PORT for /metrics, /healthz (default 0.0.0.0:9464)")
-    ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db)")
+    ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
+     "\"none\" keeps no store)")
+    ("max-db", po::value<std::string>(), "prune the oldest data past this size: 2GiB, 500MiB "
+     "(default 2GiB)")
+    ("retention", po::value<std::string>(), "delete data older than this: 12h, 7d (default 7d)")
     ("window", po::value<std::string>(), "snapshot window: 500ms, 5s, 1m (default 5s)")
     ("outlier-threshold", po::value<std::string>(),
      "calls at least this long are sent to user space one by one (default 1ms)")
@@ -83,6 +88,15 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
     return make_error("--listen " + o.listen + ": expected ADDR:PORT, e.g. 127.0.0.1:9464");
   }
   if (vm.count("db")) o.db = vm["db"].as<std::string>();
+  if (vm.count("max-db")) {
+    auto size = parse_size(vm["max-db"].as<std::string>());
+    if (!size) return make_error("--max-db: " + size.error().message);
+    if (*size < (1u << 20)) return make_error("--max-db must be at least 1MiB");
+    o.max_db = *size;
+  }
+  auto retention = duration_flag(vm, "retention", o.retention);
+  if (!retention) return retention.error();
+  o.retention = *retention;
   if (vm.count("max-cgroups")) o.max_cgroups = vm["max-cgroups"].as<size_t>();
   o.verbose = vm.count("verbose") > 0;
   auto window = duration_flag(vm, "window", o.window);

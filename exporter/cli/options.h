@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct RunOptions {
   std::chrono::nanoseconds rescan_interval = std::chrono::seconds(30);
   std::chrono::nanoseconds detach_linger = std::chrono::seconds(30);
   size_t max_cgroups = 256;
+  std::uint64_t max_db = 2ull << 30;                                  // --max-db
+  std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
   std::string config;
   bool verbose = false;
   bool help = false;

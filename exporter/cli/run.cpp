@@ -2,16 +2,22 @@
 
 #include <csignal>
 #include <iostream>
+#include <set>
 #include <thread>
 
+#include "chains/outliers.h"
+#include "chains/pipeline.h"
 #include "cli/check.h"
 #include "cli/options.h"
 #include "common/duration.h"
 #include "common/log.h"
 #include "identity/cgroup_resolver.h"
+#include "common/size.h"
 #include "metrics/http_server.h"
+#include "store/store.h"
 #include "trace/collector.h"
 #include "trace/discovery.h"
+#include "trace/host_sampler.h"
 #include "trace/tracer.h"
 
 extern "C" {
@@ -63,6 +69,20 @@ int run_main(const std::vector<std::string>& args) {
     return 1;
   }
 
+  std::unique_ptr<store::Store> db;
+  if (o.db != "none") {
+    store::StoreOptions sopts;
+    sopts.path = o.db;
+    sopts.max_bytes = o.max_db;
+    sopts.retention = o.retention;
+    auto opened = store::Store::open(sopts);
+    if (!opened) {
+      SW_LOG(kError) << opened.error().message;
+      return 1;
+    }
+    db = std::move(*opened);
+  }
+
   metrics::SnapshotBoard board;
   metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
   auto http = metrics::HttpServer::start(o.listen, board, build);
@@ -82,8 +102,8 @@ int run_main(const std::vector<std::string>& args) {
       (*tracer)->call_enter_program(), (*tracer)->call_exit_program(),
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)});
-  std::atomic<std::uint64_t> outliers{0};
-  (*tracer)->on_outlier([&](const outlier_event&) { outliers++; });
+  chains::OutlierSink outliers;
+  (*tracer)->on_outlier([&](const outlier_event& e) { outliers.add(e); });
   (*tracer)->on_lib_map(
       [&](const lib_map_event& e) { discovery.handle_event(static_cast<int>(e.tgid)); });
 
@@ -94,14 +114,31 @@ int run_main(const std::vector<std::string>& args) {
   identity::CgroupResolver resolver(*mount);
   trace::Collector collector(**tracer, resolver, {o.max_cgroups});
   auto counts = [&] {
-    return trace::TraceCounts{outliers.load(), discovery.traced_processes(),
+    return trace::TraceCounts{outliers.total(), discovery.traced_processes(),
                               discovery.attached_libraries(), discovery.attached_probes()};
   };
-  board.publish(collector.collect(o.window, counts()));
+  chains::PipelineOptions popts;
+  popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
+  chains::Pipeline pipeline(popts, board, db.get());
+  trace::HostSampler host;
+  std::set<std::string> announced;  // open chains already logged
+  auto window = [&] {
+    for (const auto& c : pipeline.window(collector.collect(o.window, counts()), outliers.drain(),
+                                         host.sample())) {
+      if (c.open && announced.insert(c.id).second) SW_LOG(kInfo) << "chain opened: " << c.summary;
+      if (!c.open) {
+        announced.erase(c.id);
+        SW_LOG(kInfo) << "chain closed: " << c.summary;
+      }
+    }
+  };
+  window();
   SW_LOG(kInfo) << "ready: listening on " << o.listen << ", window " << format_duration(o.window)
                 << ", " << procs << " processes with CUDA libraries, "
                 << discovery.attached_libraries() << " library files traced (cgroup2 at " << *mount
-                << ")";
+                << "), store " << (db ? o.db + " (max " + format_size(o.max_db) + ", " +
+                                           format_duration(o.retention) + ")"
+                                     : std::string("off"));
 
   // Ring buffers and discovery on their own thread: nothing there waits for the collector.
   std::thread events([&] {
@@ -121,7 +158,7 @@ int run_main(const std::vector<std::string>& args) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (std::chrono::steady_clock::now() < next) continue;
     next += o.window;
-    board.publish(collector.collect(o.window, counts()));
+    window();
   }
   events.join();
   SW_LOG(kInfo) << "stopping: detaching probes";

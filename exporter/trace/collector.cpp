@@ -3,7 +3,11 @@
 #include <bpf/bpf.h>
 #include <sys/stat.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "trace/tracer.h"
@@ -53,6 +57,38 @@ double share(std::uint64_t part, std::uint64_t whole) {
   return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
 }
 
+// /proc/PID/comm and the start time from /proc/PID/stat (field 22, clock ticks after boot).
+ProcessInfo read_process(int pid) {
+  ProcessInfo info;
+  info.pid = pid;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream comm(dir + "/comm");
+  std::getline(comm, info.comm);
+  std::ifstream stat(dir + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  static const long long boot = [] {
+    std::ifstream st("/proc/stat");
+    std::string key;
+    long long value = 0;
+    while (st >> key) {
+      if (key == "btime" && st >> value) return value;
+    }
+    return 0LL;
+  }();
+  if (close != std::string::npos && boot > 0) {
+    std::istringstream fields(text.substr(close + 2));
+    std::string f;
+    for (int i = 3; i <= 22 && fields >> f; i++) {
+      if (i != 22) continue;
+      const long ticks = sysconf(_SC_CLK_TCK);
+      const long long start = std::stoll(f);
+      info.start_ns = boot * 1000000000LL + start * (1000000000LL / (ticks > 0 ? ticks : 100));
+    }
+  }
+  return info;
+}
+
 }  // namespace
 
 Collector::Collector(const Tracer& tracer, identity::CgroupResolver& resolver,
@@ -86,6 +122,16 @@ bool Collector::alive(int pid) {
   return a;
 }
 
+ProcessInfo& Collector::process_info(Series& s, int pid) {
+  auto it = s.process_info.find(pid);
+  if (it != s.process_info.end()) return it->second;
+  auto cached = procs_.find(pid);
+  if (cached == procs_.end()) cached = procs_.emplace(pid, read_process(pid)).first;
+  ProcessInfo info = cached->second;
+  info.offcpu = {};
+  return s.process_info.emplace(pid, std::move(info)).first->second;
+}
+
 void Collector::read_calls(std::map<std::string, Series>& out) {
   for_each_entry<call_key, call_stats>(tracer_.call_map_fd(), [&](const call_key& k,
                                                                   const call_stats& v) {
@@ -99,6 +145,7 @@ void Collector::read_calls(std::map<std::string, Series>& out) {
     Series& s = out[st.label];
     s.calls[k.call_id].add(t);
     s.processes.push_back(ProcessCall{static_cast<int>(k.tgid), k.call_id, t});
+    process_info(s, static_cast<int>(k.tgid));
     return false;
   });
 }
@@ -112,7 +159,9 @@ void Collector::read_offcpu(std::map<std::string, Series>& out) {
       return true;
     }
     st.live = true;
-    out[st.label].offcpu.add(totals_of(v));
+    Series& s = out[st.label];
+    s.offcpu.add(totals_of(v));
+    process_info(s, static_cast<int>(k.tgid)).offcpu.add(totals_of(v));
     return false;
   });
 }
@@ -187,7 +236,7 @@ void Collector::drop_vanished_cgroups() {
   }
 }
 
-std::shared_ptr<const Snapshot> Collector::collect(std::chrono::nanoseconds window,
+std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
                                                    const TraceCounts& counts) {
   auto snap = std::make_shared<Snapshot>();
   snap->sequence = previous_ ? previous_->sequence + 1 : 1;
@@ -201,6 +250,9 @@ std::shared_ptr<const Snapshot> Collector::collect(std::chrono::nanoseconds wind
   read_offcpu(series);
   read_preemptors(series);
   drop_vanished_cgroups();
+  for (auto it = procs_.begin(); it != procs_.end();) {
+    it = alive(it->first) ? std::next(it) : procs_.erase(it);
+  }
   for (const auto& [id, st] : cgroups_) {
     if (st.retired_calls.empty() && !st.live) continue;
     Series& s = series[st.label];

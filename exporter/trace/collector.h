@@ -36,8 +36,8 @@ class Collector {
  public:
   Collector(const Tracer& tracer, identity::CgroupResolver& resolver, CollectorOptions options);
 
-  std::shared_ptr<const Snapshot> collect(std::chrono::nanoseconds window,
-                                          const TraceCounts& counts);
+  // The caller may fill the chain and store fields before publishing it as const.
+  std::shared_ptr<Snapshot> collect(std::chrono::nanoseconds window, const TraceCounts& counts);
 
  private:
   struct CgroupState {
@@ -51,6 +51,7 @@ class Collector {
   CgroupState& state_of(std::uint64_t cgroup_id);
   std::string cgroup_path(std::uint64_t cgroup_id);
   bool alive(int pid);
+  ProcessInfo& process_info(Series& s, int pid);
   void read_calls(std::map<std::string, Series>& out);
   void read_offcpu(std::map<std::string, Series>& out);
   void read_preemptors(std::map<std::string, Series>& out);
@@ -62,6 +63,7 @@ class Collector {
   std::map<std::uint64_t, CgroupState> cgroups_;
   std::map<std::string, size_t> label_users_;  // label → cgroup states using it
   std::map<int, bool> alive_cache_;            // per pass
+  std::map<int, ProcessInfo> procs_;           // comm and start time of live pids
   std::shared_ptr<const Snapshot> previous_;
 };
 

@@ -1,0 +1,16 @@
+// Human formatting shared by chain texts and explain: "7µs", "7.2ms", "1.3s"; "14,504";
+// "52%"; "1,028x". Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace stallwatch::chains {
+
+std::string human_seconds(double s);       // 0 → "0s"; 3 significant digits at most
+std::string human_ns(std::uint64_t ns);
+std::string thousands(std::uint64_t n);    // 14504 → "14,504"
+std::string percent(double share);         // 0.517 → "51.7%"; 0.5 → "50%"
+std::string times(double ratio);           // 1028.4 → "1,028x"; 8.46 → "8.5x"
+
+}  // namespace stallwatch::chains

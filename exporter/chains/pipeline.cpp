@@ -1,0 +1,71 @@
+#include "chains/pipeline.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "store/store.h"
+#include "trace/calls.h"
+
+namespace stallwatch::chains {
+
+std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const OutlierWindow& w,
+                                             size_t keep) {
+  std::map<int, const std::string*> label_of;
+  for (const auto& [label, s] : snap.series) {
+    for (const auto& [pid, info] : s.process_info) label_of[pid] = &label;
+  }
+  // Kernel timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns): shift to unix time.
+  const auto mono = std::chrono::steady_clock::now().time_since_epoch();
+  const auto wall = std::chrono::system_clock::now().time_since_epoch();
+  const std::int64_t shift =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(wall - mono).count();
+  std::vector<store::Outlier> out;
+  auto calls = trace::all_calls();
+  for (const auto& e : w.worst) {
+    if (out.size() == keep) break;
+    store::Outlier o;
+    o.ts_ns = static_cast<std::int64_t>(e.ts_ns) + shift;
+    auto it = label_of.find(static_cast<int>(e.tgid));
+    o.cgroup = it != label_of.end() ? *it->second : std::string();
+    o.pid = static_cast<int>(e.tgid);
+    o.tid = static_cast<int>(e.tid);
+    o.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+    if (e.call_id < calls.size()) {
+      o.call = std::string(calls[e.call_id].name);
+      o.api = std::string(trace::api_name(calls[e.call_id].api));
+    }
+    o.duration_ns = e.duration_ns;
+    o.runnable_ns = e.runnable_ns;
+    o.blocked_ns = e.blocked_ns;
+    o.preemptions = e.preemptions;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+Pipeline::Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store::Store* store)
+    : options_(options), board_(board), store_(store), engine_(options.engine) {}
+
+std::vector<Chain> Pipeline::window(std::shared_ptr<Snapshot> snap, const OutlierWindow& outliers,
+                                    const store::HostContext& host) {
+  WindowView view = diff_windows(previous_.get(), *snap);
+  std::vector<Chain> changed = engine_.observe(*snap, view, outliers);
+  snap->chains = engine_.counts();
+  if (store_) {
+    store::WindowBatch batch;
+    batch.end_ns = view.end_ns;
+    batch.window_ns = view.window_ns;
+    batch.host = host;
+    for (const auto& [label, s] : snap->series) batch.cgroups.push_back(s.identity);
+    batch.outliers = resolve_outliers(*snap, outliers, options_.stored_outliers);
+    batch.chains = changed;
+    batch.processes = std::move(view.processes);
+    store_->enqueue(std::move(batch));
+    snap->store = store_->stats();
+  }
+  board_.publish(snap);
+  previous_ = std::move(snap);
+  return changed;
+}
+
+}  // namespace stallwatch::chains

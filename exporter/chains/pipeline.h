@@ -1,0 +1,52 @@
+// The window pipeline shared by `run` and `demo`: cumulative snapshot → window deltas →
+// chain engine → chain counters on the snapshot → store batch → published snapshot. Whatever
+// feeds it (the kernel collector or the demo's synthetic host), the chains, rows and metrics
+// come out of the same code.
+// Not thread-safe: one caller (the window loop). The store and board are thread-safe.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "chains/engine.h"
+#include "chains/outliers.h"
+#include "common/snapshot.h"
+#include "metrics/http_server.h"
+#include "store/records.h"
+
+namespace stallwatch::store {
+class Store;
+}
+
+namespace stallwatch::chains {
+
+struct PipelineOptions {
+  EngineOptions engine;
+  size_t stored_outliers = 64;  // per window, longest first
+};
+
+class Pipeline {
+ public:
+  // `store` may be null (no --db); both must outlive the pipeline.
+  Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store::Store* store);
+
+  // One window. Returns the chains it opened, updated or closed.
+  std::vector<Chain> window(std::shared_ptr<Snapshot> snap, const OutlierWindow& outliers,
+                            const store::HostContext& host);
+
+  const Engine& engine() const { return engine_; }
+
+ private:
+  PipelineOptions options_;
+  metrics::SnapshotBoard& board_;
+  store::Store* store_;
+  Engine engine_;
+  std::shared_ptr<const Snapshot> previous_;
+};
+
+// Outlier records with names resolved: the series label from the snapshot's processes,
+// the call name from the call table.
+std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const OutlierWindow& w,
+                                             size_t keep);
+
+}  // namespace stallwatch::chains

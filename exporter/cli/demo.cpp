@@ -1,0 +1,155 @@
+#include "cli/demo.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <iostream>
+
+#include "cli/explain.h"
+#include "common/duration.h"
+#include "common/log.h"
+#include "demo/runner.h"
+#include "demo/scenarios.h"
+#include "metrics/http_server.h"
+#include "store/store.h"
+
+namespace stallwatch::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+constexpr const char* kUsage =
+    "usage: stallwatch demo [SCENARIO] [--listen ADDR:PORT] [--db PATH] [--window DURATION]\n"
+    "                       [--fast] [--hold] [--json]\n"
+    "\n"
+    "Feeds a synthetic GPU host through the same chain engine, store and /metrics as `run`;\n"
+    "no root, no GPU. Prints each window as the chain forms, then the explain report.\n"
+    "\n"
+    "scenarios: incident (default), cpu-contention, cold-start, memcpy-bottleneck,\n"
+    "           periodic-spike, gpu-steal, healthy (a calm run: no chain)\n"
+    "\n"
+    "  --listen ADDR:PORT  serve /metrics, /healthz, /debug/snapshot; after the story keep\n"
+    "                      going (last phase repeating) until Ctrl-C\n"
+    "  --db PATH           store here (default: a new file in $TMPDIR, kept)\n"
+    "  --window DURATION   window length (default 1s; real time unless --fast)\n"
+    "  --fast              no waiting: the story's windows end now\n"
+    "  --hold              stop the story at the incident and keep it going (with --listen:\n"
+    "                      for alert rules and dashboards)\n"
+    "  --json              print the final report as JSON (explain --json)\n";
+
+}  // namespace
+
+int demo_main(const std::vector<std::string>& args) {
+  std::string name = "incident", listen, db;
+  demo::RunnerOptions ro;
+  bool json = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& into) {
+      if (i + 1 >= args.size()) {
+        std::cerr << "stallwatch demo: " << a << " needs a value\n" << kUsage;
+        return false;
+      }
+      into = args[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a == "--listen") {
+      if (!value(listen)) return 2;
+    } else if (a == "--db") {
+      if (!value(db)) return 2;
+    } else if (a == "--window") {
+      if (!value(v)) return 2;
+      auto d = parse_duration(v);
+      if (!d || d->count() <= 0) {
+        std::cerr << "stallwatch demo: --window " << v << ": "
+                  << (d ? "must be greater than 0" : d.error().message) << "\n";
+        return 2;
+      }
+      ro.window = *d;
+    } else if (a == "--fast") {
+      ro.realtime = false;
+    } else if (a == "--hold") {
+      ro.hold = true;
+    } else if (a == "--json") {
+      json = true;
+    } else if (!a.empty() && a[0] != '-') {
+      name = a;
+    } else {
+      std::cerr << "stallwatch demo: unknown option " << a << "\n" << kUsage;
+      return 2;
+    }
+  }
+  auto scenario = demo::make_scenario(name);
+  if (!scenario) {
+    std::cerr << "stallwatch demo: unknown scenario '" << name << "'; one of:";
+    for (const auto& n : demo::scenario_names()) std::cerr << " " << n;
+    std::cerr << "\n";
+    return 2;
+  }
+  if (db.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    db = std::string(tmp && *tmp ? tmp : "/tmp") + "/stallwatch-demo-" + name + "-" +
+         std::to_string(getpid()) + ".db";
+  }
+  store::StoreOptions so;
+  so.path = db;
+  auto st = store::Store::open(so);
+  if (!st) {
+    std::cerr << "stallwatch demo: " << st.error().message << "\n";
+    return 1;
+  }
+  metrics::SnapshotBoard board;
+  std::unique_ptr<metrics::HttpServer> http;
+  if (!listen.empty()) {
+    auto h = metrics::HttpServer::start(listen, board,
+                                        metrics::BuildInfo{STALLWATCH_VERSION, STALLWATCH_REVISION});
+    if (!h) {
+      std::cerr << "stallwatch demo: " << h.error().message << "\n";
+      return 1;
+    }
+    http = std::move(*h);
+    std::cout << "serving http://" << listen << "/metrics\n";
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    ro.serve_after = true;
+    ro.stop = &g_stop;
+  } else if (ro.hold) {
+    std::cerr << "stallwatch demo: --hold needs --listen (it keeps the incident going for "
+                 "Prometheus)\n";
+    return 2;
+  }
+  ExplainOptions eo;
+  eo.db = db;
+  eo.since = std::chrono::hours(24);
+  eo.json = json;
+  char host[256] = "demo-host";
+  gethostname(host, sizeof(host) - 1);
+  auto print_report = [&] {
+    (*st)->flush();
+    std::cout << "\n== stallwatch explain --db " << db << (json ? " --json" : "") << "\n\n";
+    const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count() +
+                             ro.window.count();
+    return run_explain(eo, now, host, std::cout, std::cerr);
+  };
+  if (!ro.serve_after) {
+    demo::run_scenario(*scenario, ro, board, st->get(), std::cout);
+    int rc = print_report();
+    std::cout << "\nstored in " << db << "; try: stallwatch explain --db " << db
+              << " --per-process\n";
+    return rc;
+  }
+  // Serving: the story, then windows of the last (or, with --hold, the incident) phase until
+  // Ctrl-C, then the report.
+  demo::run_scenario(*scenario, ro, board, st->get(), std::cout);
+  return print_report();
+}
+
+}  // namespace stallwatch::cli

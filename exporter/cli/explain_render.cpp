@@ -1,0 +1,395 @@
+#include "cli/explain_render.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <string_view>
+#include <vector>
+
+#include "common/duration.h"
+#include "identity/cgroup_identity.h"
+
+namespace stallwatch::cli {
+namespace {
+
+using store::ProcessStats;
+using store::Report;
+using store::ReportChain;
+
+constexpr std::int64_t kNsPerS = 1000000000;
+constexpr int kMaxProcesses = 30;  // text only; JSON carries them all
+
+template <typename... Args>
+std::string fmt(const char* f, Args... args) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, f, args...);
+  return buf;
+}
+
+// 3 significant digits at most: 7.2, 65, 890; "7" rather than "7.0".
+std::string short_number(double v) {
+  if (v < 9.95) {
+    std::string s = fmt("%.1f", v);
+    if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+    return s;
+  }
+  return fmt("%.0f", v);
+}
+
+// Pads to `width` columns; counts UTF-8 code points, not bytes ("µs" is one column wider).
+std::string pad(std::string s, size_t width, bool right = false) {
+  size_t cols = 0;
+  for (unsigned char c : s) cols += (c & 0xC0) != 0x80;
+  if (cols >= width) return s;
+  return right ? std::string(width - cols, ' ') + s : s + std::string(width - cols, ' ');
+}
+
+std::string percent(double share) { return fmt("%.1f%%", share * 100); }
+
+std::string human_bytes(double b) {
+  if (b < 1024) return fmt("%.0f B", b);
+  if (b < 1024.0 * 1024) return short_number(b / 1024) + " KiB";
+  if (b < 1024.0 * 1024 * 1024) return short_number(b / 1024 / 1024) + " MiB";
+  return short_number(b / 1024 / 1024 / 1024) + " GiB";
+}
+
+std::string ratio_text(double r) {
+  return r >= 10 ? thousands(static_cast<std::uint64_t>(std::llround(r))) + "x" : fmt("%.1fx", r);
+}
+
+std::tm utc_tm(std::int64_t unix_ns) {
+  std::time_t t = static_cast<std::time_t>(unix_ns / kNsPerS);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return tm;
+}
+
+std::string strftime_utc(std::int64_t unix_ns, const char* f) {
+  const std::tm tm = utc_tm(unix_ns);
+  char buf[64];
+  std::strftime(buf, sizeof buf, f, &tm);
+  return buf;
+}
+
+// HH:MM:SS when on the same UTC day as `ref`, else the full date and time.
+std::string when(std::int64_t unix_ns, std::int64_t ref_ns) {
+  const std::tm a = utc_tm(unix_ns), b = utc_tm(ref_ns);
+  if (a.tm_yday == b.tm_yday && a.tm_year == b.tm_year) return strftime_utc(unix_ns, "%H:%M:%S");
+  return utc_datetime(unix_ns);
+}
+
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
+std::vector<std::string> lines_of(std::string_view text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.remove_suffix(1);
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    if (!line.empty()) out.emplace_back(line);
+    start = end + 1;
+  }
+  return out;
+}
+
+// "  Label:        first line" and the rest aligned under it.
+void field(std::string& out, std::string_view label, const std::vector<std::string>& lines) {
+  constexpr size_t kWidth = 14;
+  for (size_t i = 0; i < lines.size(); i++) {
+    std::string head(i == 0 ? std::string(label) + ":" : "");
+    head.resize(kWidth, ' ');
+    out += "  " + head + lines[i] + "\n";
+  }
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Evidence numbers by their name's unit: *_s durations, *_share percentages, *_bytes sizes.
+std::string evidence_item(std::string name, double v) {
+  std::string value;
+  if (ends_with(name, "_s")) {
+    name.resize(name.size() - 2);
+    value = human_seconds(v);
+  } else if (ends_with(name, "_ns")) {
+    name.resize(name.size() - 3);
+    value = human_seconds(v / 1e9);
+  } else if (ends_with(name, "share")) {
+    value = percent(v);
+  } else if (ends_with(name, "_bytes")) {
+    name.resize(name.size() - 6);
+    value = human_bytes(v);
+  } else if (v >= 0 && v < 1e15 && v == std::floor(v)) {
+    value = thousands(static_cast<std::uint64_t>(v));
+  } else {
+    value = fmt("%.3g", v);
+  }
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name + " " + value;
+}
+
+std::string latency_line(const ReportChain& c) {
+  std::string s = c.call + " p99 ";
+  if (c.baseline_p99_s > 0) {
+    const double ratio = c.ratio > 0 ? c.ratio : c.p99_s / c.baseline_p99_s;
+    s += human_seconds(c.baseline_p99_s) + " -> " + human_seconds(c.p99_s) + " (" +
+         ratio_text(ratio) + ")";
+    if (c.p50_s > 0) {
+      s += ", p50 " + (c.baseline_p50_s > 0 ? human_seconds(c.baseline_p50_s) + " -> " : "") +
+           human_seconds(c.p50_s);
+    }
+    return s;
+  }
+  s += human_seconds(c.p99_s);
+  if (c.p50_s > 0) s += ", p50 " + human_seconds(c.p50_s);
+  return s + " (baseline unknown)";
+}
+
+// The name a person knows a cgroup by: its container (and pod), Slurm job or systemd unit;
+// the path itself when none of them is in it.
+std::string workload_label(const std::string& cgroup) {
+  const identity::Identity id = identity::parse_cgroup_path(cgroup);
+  if (!id.container_id.empty()) {
+    return "container " + id.container_id.substr(0, 12) +
+           (id.pod_uid.empty() ? "" : ", pod " + id.pod_uid);
+  }
+  if (!id.pod_uid.empty()) return "pod " + id.pod_uid;
+  if (!id.slurm_job.empty()) {
+    return "Slurm job " + id.slurm_job + (id.slurm_step.empty() ? "" : " step " + id.slurm_step);
+  }
+  if (!id.systemd_unit.empty()) return id.systemd_unit;
+  return cgroup;
+}
+
+std::string process_name(const std::string& comm, int pid) {
+  return (comm.empty() ? std::string() : comm + " ") + "PID " + std::to_string(pid);
+}
+
+void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns) {
+  out += "[" + upper(c.severity) + "] " + c.kind + "  ";
+  std::string extra = thousands(c.windows) + (c.windows == 1 ? " window" : " windows");
+  if (c.peak != c.severity && !c.peak.empty()) extra += ", peak " + upper(c.peak);
+  if (c.open) {
+    out += "OPEN since " + when(c.opened_ns, ref_ns) + " (" + extra + ")\n";
+  } else {
+    out += when(c.opened_ns, ref_ns) + " to " + when(c.closed_ns, ref_ns) + ", closed (" + extra +
+           ")\n";
+  }
+  std::string label;
+  if (!c.container_id.empty()) {
+    label = "container " + c.container_id.substr(0, 12) +
+            (c.pod_uid.empty() ? "" : ", pod " + c.pod_uid);
+  } else {
+    label = workload_label(c.cgroup);
+  }
+  field(out, "Workload",
+        label == c.cgroup ? std::vector<std::string>{c.cgroup}
+                          : std::vector<std::string>{label, c.cgroup});
+  if (c.pid != 0) field(out, "Process", {process_name(c.comm, c.pid)});
+  field(out, "Root", lines_of(c.root_cause));
+  std::vector<std::string> effect;
+  if (!c.call.empty() && c.p99_s > 0) effect.push_back(latency_line(c));
+  for (auto& l : lines_of(c.effect)) effect.push_back(std::move(l));
+  field(out, "Effect", effect);
+  if (!c.evidence.empty()) {
+    std::string ev;
+    for (const auto& [name, v] : c.evidence)
+      ev += (ev.empty() ? "" : ", ") + evidence_item(name, v);
+    field(out, "Evidence", {ev});
+  }
+  std::vector<std::string> contrib;
+  for (const auto& k : c.contributors) {
+    std::string l = process_name(k.comm, k.pid);
+    if (!k.cgroup.empty() && k.cgroup != c.cgroup) l += " in " + workload_label(k.cgroup);
+    if (!k.role.empty()) l += " (" + k.role + ")";
+    // What cpu_ns and count mean depends on the role (chain.h).
+    const char* cpu = " CPU";
+    const char* count = " events";
+    if (k.role.rfind("preemptor", 0) == 0) {
+      cpu = " CPU stolen";
+      count = " preemptions";
+    } else if (k.role.find("CUDA") != std::string::npos ||
+               k.role.find("workload") != std::string::npos) {
+      cpu = " in CUDA calls";
+      count = " calls";
+    }
+    std::vector<std::string> nums;
+    if (k.cpu_ns) nums.push_back(human_ns(k.cpu_ns) + cpu);
+    if (k.count) nums.push_back(thousands(k.count) + count);
+    for (size_t i = 0; i < nums.size(); i++) l += (i == 0 ? ": " : ", ") + nums[i];
+    contrib.push_back(std::move(l));
+  }
+  field(out, "Contributing", contrib);
+  field(out, "Fix", lines_of(c.recommendation));
+}
+
+std::string call_line(const store::CallStats& c, size_t name_width) {
+  return pad(c.call, name_width) + "  " + pad(thousands(c.count) + " calls", 13, true) + "  p50 " +
+         pad(human_seconds(c.p50_s), 7) + " p99 " + pad(human_seconds(c.p99_s), 7) + " max " +
+         human_seconds(c.max_s);
+}
+
+void render_process(std::string& out, const ProcessStats& p) {
+  out += process_name(p.comm, p.pid) + "  " + workload_label(p.cgroup) + "\n";
+  size_t width = 0;
+  for (const auto& c : p.calls) width = std::max(width, c.call.size());
+  for (const auto& c : p.calls) out += "  " + call_line(c, width) + "\n";
+  if (p.wall_ns > 0) {
+    field(out, "Off-CPU",
+          {human_ns(p.offcpu_ns()) + " of " + human_ns(p.wall_ns) + " (" +
+           percent(static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.wall_ns)) +
+           "): runnable " + human_ns(p.runnable_ns) + ", blocked " + human_ns(p.blocked_ns)});
+  }
+  if (p.preemptions) field(out, "Preemptions", {thousands(p.preemptions)});
+  if (p.worst_stall_ns) field(out, "Worst stall", {human_ns(p.worst_stall_ns)});
+  std::vector<std::string> pre;
+  for (const auto& k : p.preemptors) {
+    std::string l = process_name(k.comm, k.pid);
+    if (!k.cgroup.empty() && k.cgroup != p.cgroup) l += " in " + workload_label(k.cgroup);
+    pre.push_back(l + ": " + human_ns(k.cpu_ns) + " CPU stolen, " + thousands(k.count) +
+                  " preemptions");
+  }
+  field(out, "Preempted by", pre);
+}
+
+// "3h ago" and the --since that would reach it.
+std::pair<std::string, std::string> age_and_since(std::int64_t age_ns) {
+  const std::int64_t s = std::max<std::int64_t>(age_ns / kNsPerS, 0);
+  if (s < 60) return {std::to_string(s) + "s", "1m"};
+  if (s < 3600) return {std::to_string(s / 60) + "m", "1h"};
+  if (s < 48 * 3600) return {std::to_string(s / 3600) + "h", std::to_string(s / 3600 + 1) + "h"};
+  return {std::to_string(s / 86400) + "d", std::to_string(s / 86400 + 1) + "d"};
+}
+
+void render_no_data(std::string& out, const Report& r, const std::string& last) {
+  if (r.host.newest_ns == 0) {
+    out +=
+        "The daemon wrote nothing to this database yet (no windows at all): is `stallwatch "
+        "run` running with this --db?\n";
+    return;
+  }
+  out +=
+      "No data in the " + last + "; newest data is from " + utc_datetime(r.host.newest_ns) + " UTC";
+  const std::int64_t age = r.query.now_ns - r.host.newest_ns;
+  if (age > 0) {
+    auto [ago, since] = age_and_since(age);
+    out += " (" + ago + " ago); try --since " + since;
+  }
+  out += ".\n";
+}
+
+}  // namespace
+
+std::string human_seconds(double s) {
+  if (std::isinf(s)) return ">256s";
+  if (!(s > 0)) return "0";
+  struct Unit {
+    const char* name;
+    double scale;
+  };
+  static constexpr Unit kUnits[] = {{"ns", 1e-9}, {"µs", 1e-6}, {"ms", 1e-3}};
+  for (const auto& u : kUnits) {
+    const double v = s / u.scale;
+    if (v < 999.5) return (u.scale == 1e-9 ? fmt("%.0f", v) : short_number(v)) + u.name;
+  }
+  if (s < 59.95) return short_number(s) + "s";
+  const auto secs = static_cast<long long>(std::llround(s));
+  if (secs < 3600) return fmt("%lldm%02llds", secs / 60, secs % 60);
+  const long long mins = secs / 60;
+  if (mins < 48 * 60) return fmt("%lldh%02lldm", mins / 60, mins % 60);
+  return fmt("%lldd%02lldh", mins / 1440, mins % 1440 / 60);
+}
+
+std::string human_ns(std::uint64_t ns) { return human_seconds(static_cast<double>(ns) / 1e9); }
+
+std::string thousands(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); i++) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string utc_datetime(std::int64_t unix_ns) {
+  return strftime_utc(unix_ns, "%Y-%m-%d %H:%M:%S");
+}
+
+std::string rfc3339(std::int64_t unix_ns) { return strftime_utc(unix_ns, "%Y-%m-%dT%H:%M:%SZ"); }
+
+std::string render_explain_text(const Report& r) {
+  const std::int64_t now = r.query.now_ns, start = now - r.query.since_ns;
+  const std::string last = "last " + format_duration(std::chrono::nanoseconds(r.query.since_ns));
+  std::string out = "stallwatch explain: host " +
+                    (r.host.hostname.empty() ? std::string("?") : r.host.hostname) + ", " +
+                    utc_datetime(start) + " to " + when(now, start) + " UTC (" + last + ")\n";
+  if (!r.query.cgroup.empty()) out += "Cgroup: " + r.query.cgroup + " and below\n";
+  out += "\n";
+
+  if (r.host.windows == 0 && r.chains.empty()) {
+    render_no_data(out, r, last);
+    return out;
+  }
+  const auto& h = r.host;
+  auto or_na = [](double v, const std::string& s) { return v < 0 ? std::string("n/a") : s; };
+  out += "System context: CPU " + or_na(h.cpu_busy, percent(h.cpu_busy)) + " | Memory " +
+         or_na(h.mem_used, percent(h.mem_used)) + " | Load " +
+         or_na(h.load1, fmt("%.1f", h.load1)) +
+         (h.cpus > 0 ? " (" + std::to_string(h.cpus) + " cores)" : "") + " | Swap " +
+         or_na(h.swap_used_bytes, human_bytes(h.swap_used_bytes)) + "  (mean of " +
+         thousands(h.windows) + (h.windows == 1 ? " window)\n\n" : " windows)\n\n");
+
+  if (r.chains.empty()) {
+    out +=
+        "No causal chains in the " + last + ": the traced workloads showed no host-side cause.\n";
+    if (r.traced.empty()) {
+      out +=
+          "Traced: no CUDA process in this period (is the workload running? `stallwatch "
+          "check` lists the CUDA libraries it can trace).\n";
+    } else {
+      out += "Traced:\n";
+      for (const auto& t : r.traced) {
+        const std::string label = workload_label(t.cgroup);
+        out += "  " + label + ": " + thousands(t.processes) +
+               (t.processes == 1 ? " process, " : " processes, ") + thousands(t.calls) +
+               " CUDA calls\n";
+        if (label != t.cgroup) out += "    " + t.cgroup + "\n";
+      }
+    }
+  } else {
+    size_t open = 0;
+    for (const auto& c : r.chains) open += c.open ? 1 : 0;
+    out += "Causal chains (" + last + "): " + std::to_string(r.chains.size()) + ", " +
+           std::to_string(open) + " open\n";
+    for (const auto& c : r.chains) {
+      out += "\n";
+      render_chain(out, c, now);
+    }
+  }
+
+  if (r.query.per_process) {
+    out += "\nProcess breakdown (" + last + "): " + thousands(r.processes.size()) +
+           (r.processes.size() == 1 ? " process" : " processes") +
+           (r.processes.size() > kMaxProcesses
+                ? ", the " + std::to_string(kMaxProcesses) + " most off-CPU shown (--json has all)"
+                : std::string()) +
+           "\n";
+    for (size_t i = 0; i < r.processes.size() && i < kMaxProcesses; i++) {
+      out += "\n";
+      render_process(out, r.processes[i]);
+    }
+  }
+  return out;
+}
+
+}  // namespace stallwatch::cli

@@ -1,0 +1,345 @@
+#include "cli/query.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "common/json.h"
+#include "store/sqlite.h"
+
+namespace stallwatch::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: stallwatch query [--db PATH] [--format table|csv|json] 'SQL'\n"
+    "\n"
+    "Runs one read-only SQL statement against the stallwatch database and prints the rows.\n"
+    "Writes are refused; work on a copy with the sqlite3 shell to change data.\n"
+    "\n"
+    "options:\n"
+    "  --db PATH        the database (default /var/lib/stallwatch/stallwatch.db)\n"
+    "  --format FORMAT  table (default): aligned columns and a row count; csv: RFC 4180 with a\n"
+    "                   header; json: an array of objects (NULL as null, blobs as hex strings)\n"
+    "  -h, --help       this text\n"
+    "\n"
+    "Tables and columns: docs/store.md. Example:\n"
+    "  stallwatch query \"SELECT kind, severity, count(*) AS chains FROM chains GROUP BY 1, 2\"\n";
+
+constexpr const char* kPrefix = "stallwatch query: ";
+
+enum class Format { kTable, kCsv, kJson };
+
+struct Options {
+  std::string db = kDefaultDbPath;
+  Format format = Format::kTable;
+  std::string sql;
+  bool help = false;
+};
+
+// A usage error: the message, already prefixed, or nullopt.
+std::optional<std::string> parse(const std::vector<std::string>& args, Options& o) {
+  bool have_sql = false;
+  bool positional_only = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    const std::string& a = args[i];
+    std::string value;
+    auto take = [&](std::string_view flag) -> std::optional<std::string> {
+      if (a == flag) {
+        if (i + 1 >= args.size()) return std::string(flag) + " needs a value";
+        value = args[++i];
+        return std::nullopt;
+      }
+      value = a.substr(flag.size() + 1);
+      return std::nullopt;
+    };
+    if (!positional_only && (a == "-h" || a == "--help")) {
+      o.help = true;
+      return std::nullopt;
+    }
+    if (!positional_only && (a == "--db" || a.starts_with("--db="))) {
+      if (auto e = take("--db")) return e;
+      if (value.empty()) return std::string("--db needs a path");
+      o.db = value;
+    } else if (!positional_only && (a == "--format" || a.starts_with("--format="))) {
+      if (auto e = take("--format")) return e;
+      if (value == "table") {
+        o.format = Format::kTable;
+      } else if (value == "csv") {
+        o.format = Format::kCsv;
+      } else if (value == "json") {
+        o.format = Format::kJson;
+      } else {
+        return "unknown format '" + value + "' (table, csv or json)";
+      }
+    } else if (!positional_only && a == "--") {
+      positional_only = true;
+    } else if (!positional_only && a.size() > 1 && a[0] == '-') {
+      return "unknown option " + a;
+    } else if (have_sql) {
+      return std::string("give the SQL as one argument, quoted: stallwatch query 'SELECT ...'");
+    } else {
+      o.sql = a;
+      have_sql = true;
+    }
+  }
+  if (!have_sql) return std::string("no SQL statement given");
+  return std::nullopt;
+}
+
+// Percent-encoding for a file: URI (SQLite decodes %HH in the path).
+std::string uri_path(const std::string& path) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : path) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Opens read-only and reads the schema, so a database that cannot be read fails here.
+Result<store::DbPtr> open_readonly(const std::string& path, bool immutable) {
+  std::string uri = "file:" + uri_path(path) + "?mode=ro" + (immutable ? "&immutable=1" : "");
+  auto db = store::open_db(uri, SQLITE_OPEN_READONLY);
+  if (!db) return db.error();
+  if (auto r = store::exec(db->get(), "PRAGMA query_only = 1; SELECT count(*) FROM sqlite_master");
+      !r) {
+    return make_error(sqlite3_errmsg(db->get()), sqlite3_extended_errcode(db->get()));
+  }
+  return db;
+}
+
+// Pragmas that take an argument but only read.
+bool reading_pragma(const char* name) {
+  static constexpr const char* kReading[] = {
+      "table_info",       "table_xinfo",       "index_info",      "index_xinfo", "index_list",
+      "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check", "table_list"};
+  if (!name) return false;
+  for (const char* r : kReading) {
+    if (sqlite3_stricmp(name, r) == 0) return true;
+  }
+  return false;
+}
+
+// Called while a statement is prepared: notes what sqlite3_stmt_readonly() does not count as a
+// write: ATTACH and DETACH (they change the connection, and may create a file) and setting a
+// pragma. Everything else is sqlite3_stmt_readonly()'s call (the authorizer also sees SQLite's
+// own bookkeeping, e.g. an UPDATE of sqlite_master when json_each is first used).
+int authorize(void* writes, int action, const char* a1, const char* a2, const char*, const char*) {
+  if (action == SQLITE_ATTACH || action == SQLITE_DETACH ||
+      (action == SQLITE_PRAGMA && a2 != nullptr && !reading_pragma(a1))) {
+    *static_cast<bool*>(writes) = true;
+  }
+  return SQLITE_OK;
+}
+
+// Skips whitespace and comments.
+size_t skip_blank(std::string_view s, size_t i) {
+  while (i < s.size()) {
+    if (std::isspace(static_cast<unsigned char>(s[i]))) {
+      i++;
+    } else if (s.substr(i, 2) == "--") {
+      size_t nl = s.find('\n', i);
+      i = nl == std::string_view::npos ? s.size() : nl + 1;
+    } else if (s.substr(i, 2) == "/*") {
+      size_t end = s.find("*/", i + 2);
+      i = end == std::string_view::npos ? s.size() : end + 2;
+    } else {
+      break;
+    }
+  }
+  return i;
+}
+
+std::string first_keyword(std::string_view sql) {
+  size_t i = skip_blank(sql, 0);
+  std::string word;
+  while (i < sql.size() && std::isalpha(static_cast<unsigned char>(sql[i]))) {
+    word += static_cast<char>(std::toupper(static_cast<unsigned char>(sql[i++])));
+  }
+  return word.empty() ? std::string("statement") : word;
+}
+
+QueryCell read_cell(sqlite3_stmt* st, int col) {
+  QueryCell c;
+  c.type = sqlite3_column_type(st, col);
+  switch (c.type) {
+    case SQLITE_INTEGER:
+      c.text = std::to_string(sqlite3_column_int64(st, col));
+      break;
+    case SQLITE_FLOAT:
+      c.text = format_real(sqlite3_column_double(st, col));
+      break;
+    case SQLITE_TEXT: {
+      const unsigned char* t = sqlite3_column_text(st, col);
+      c.text.assign(reinterpret_cast<const char*>(t),
+                    static_cast<size_t>(sqlite3_column_bytes(st, col)));
+      break;
+    }
+    case SQLITE_BLOB: {
+      static const char* hex = "0123456789abcdef";
+      const auto* b = static_cast<const unsigned char*>(sqlite3_column_blob(st, col));
+      const int n = sqlite3_column_bytes(st, col);
+      for (int i = 0; i < n; i++) {
+        c.text += hex[b[i] >> 4];
+        c.text += hex[b[i] & 15];
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return c;
+}
+
+int run(const Options& o, std::ostream& out, std::ostream& err) {
+  struct stat st {};
+  if (::stat(o.db.c_str(), &st) != 0) {
+    if (errno == ENOENT) {
+      err << kPrefix << "no database at " << o.db << "; start `stallwatch run` or pass --db\n";
+    } else {
+      err << kPrefix << "cannot read " << o.db << ": " << std::strerror(errno) << "\n";
+    }
+    return 1;
+  }
+  if (S_ISDIR(st.st_mode)) {
+    err << kPrefix << o.db << " is a directory; pass --db with the database file\n";
+    return 1;
+  }
+  auto db = open_readonly(o.db, false);
+  if (!db && (db.error().err & 0xff) != SQLITE_BUSY && (db.error().err & 0xff) != SQLITE_NOTADB) {
+    // The -shm/-wal files cannot be created (a read-only copy): read the file as it is.
+    if (auto retry = open_readonly(o.db, true)) {
+      db = std::move(retry);
+      struct stat wal {};
+      if (::stat((o.db + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+        err << kPrefix << "note: " << o.db
+            << "-wal cannot be used here (read-only directory?); rows written since the last "
+               "checkpoint are not visible\n";
+      }
+    }
+  }
+  if (!db) {
+    if ((db.error().err & 0xff) == SQLITE_NOTADB) {
+      err << kPrefix << o.db
+          << " is not a SQLite database; pass --db with the stallwatch database\n";
+    } else {
+      err << kPrefix << "cannot read " << o.db << ": " << db.error().message << "\n";
+    }
+    return 1;
+  }
+  sqlite3* h = db->get();
+
+  bool writes = false;
+  sqlite3_set_authorizer(h, authorize, &writes);
+  sqlite3_stmt* raw = nullptr;
+  const char* tail = nullptr;
+  int rc = sqlite3_prepare_v2(h, o.sql.c_str(), static_cast<int>(o.sql.size()), &raw, &tail);
+  sqlite3_set_authorizer(h, nullptr, nullptr);
+  std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt(raw, sqlite3_finalize);
+  if (rc != SQLITE_OK) {
+    err << kPrefix << "SQL error: " << sqlite3_errmsg(h) << "\n";
+    return 1;
+  }
+  if (!stmt) {
+    err << kPrefix << "no SQL statement given\n";
+    return 2;
+  }
+  const std::string verb = first_keyword(o.sql);
+  if (writes || !sqlite3_stmt_readonly(stmt.get()) || verb == "VACUUM") {
+    err << kPrefix << "refusing to run a statement that writes (" << verb
+        << " \xe2\x80\xa6); query is read-only \xe2\x80\x94 work on a copy with the sqlite3 shell "
+           "to "
+           "change data\n";
+    return 2;
+  }
+  const std::string_view rest(tail, static_cast<size_t>(o.sql.c_str() + o.sql.size() - tail));
+  if (skip_blank(rest, 0) < rest.size()) {
+    // Only ';' and comments may follow; anything else is a second statement.
+    size_t i = skip_blank(rest, 0);
+    while (i < rest.size() && rest[i] == ';') i = skip_blank(rest, i + 1);
+    if (i < rest.size()) {
+      err << kPrefix << "only one SQL statement per call; run the others separately\n";
+      return 2;
+    }
+  }
+
+  const int cols = sqlite3_column_count(stmt.get());
+  std::vector<std::string> names;
+  for (int c = 0; c < cols; c++) names.emplace_back(sqlite3_column_name(stmt.get(), c));
+  std::vector<std::vector<QueryCell>> rows;  // table only: widths need every row
+  size_t count = 0;
+  if (o.format == Format::kCsv && cols > 0) {
+    for (int c = 0; c < cols; c++)
+      out << (c ? "," : "") << csv_field(names[static_cast<size_t>(c)]);
+    out << "\r\n";
+  }
+  if (o.format == Format::kJson) out << "[";
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    std::vector<QueryCell> row;
+    for (int c = 0; c < cols; c++) row.push_back(read_cell(stmt.get(), c));
+    if (o.format == Format::kTable) {
+      rows.push_back(std::move(row));
+    } else if (o.format == Format::kCsv) {
+      for (int c = 0; c < cols; c++) {
+        out << (c ? "," : "") << csv_field(row[static_cast<size_t>(c)].text);
+      }
+      out << "\r\n";
+    } else {
+      out << (count ? ",\n" : "\n") << "{";
+      for (int c = 0; c < cols; c++) {
+        out << (c ? "," : "") << json_string(names[static_cast<size_t>(c)]) << ":"
+            << json_cell(row[static_cast<size_t>(c)]);
+      }
+      out << "}";
+    }
+    count++;
+  }
+  if (o.format == Format::kJson) out << (count ? "\n]\n" : "]\n");
+  if (rc != SQLITE_DONE) {
+    out.flush();
+    err << kPrefix << "SQL error: " << sqlite3_errmsg(h) << "\n";
+    return 1;
+  }
+  if (o.format == Format::kTable) out << render_table(names, rows);
+  out.flush();
+  return 0;
+}
+
+}  // namespace
+
+int query_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Options o;
+  if (auto e = parse(args, o)) {
+    err << kPrefix << *e << "\n"
+        << "usage: stallwatch query [--db PATH] [--format table|csv|json] 'SQL' (see --help)\n";
+    return 2;
+  }
+  if (o.help) {
+    out << kUsage;
+    return 0;
+  }
+  return run(o, out, err);
+}
+
+int query_main(const std::vector<std::string>& args) {
+  return query_main(args, std::cout, std::cerr);
+}
+
+}  // namespace stallwatch::cli

@@ -1,0 +1,38 @@
+// Runs a demo scenario through the same pipeline as `stallwatch run` (chains/pipeline.h):
+// chain engine, SQLite store and the /metrics snapshot board, printing each window as the chain
+// forms. Blocking; one runner at a time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <ostream>
+#include <string>
+
+#include "chains/chain.h"
+#include "common/result.h"
+#include "demo/scenarios.h"
+#include "metrics/http_server.h"
+#include "store/store.h"
+
+namespace stallwatch::demo {
+
+struct RunnerOptions {
+  std::chrono::nanoseconds window = std::chrono::seconds(1);  // simulated window length
+  bool realtime = true;  // wait `window` between windows; false: as fast as possible, with
+                         // timestamps laid out so the story ends now
+  bool hold = false;     // after the story, keep repeating the incident phase
+  const std::atomic<bool>* stop = nullptr;  // ends the hold/serve loop when set
+  bool serve_after = false;  // after the story, keep emitting windows until `stop`
+  int host_cpus = 8;         // the synthetic host's CPU count (recommendations, context)
+};
+
+struct RunnerResult {
+  std::uint64_t windows = 0;
+  std::vector<chains::Chain> opened;  // every chain opened (final state of each)
+};
+
+// `store` may be null. `board` receives every window's snapshot.
+RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options,
+                          metrics::SnapshotBoard& board, store::Store* store, std::ostream& out);
+
+}  // namespace stallwatch::demo

@@ -1,0 +1,162 @@
+// The incident report behind `stallwatch explain`: what the store holds about one period, read
+// back from the database the daemon writes. Owns the read-only opening of that database (WAL
+// reader while the daemon writes; immutable fallback for a copy in a read-only place) and the
+// queries; rendering is cli/explain_render.h's.
+// The default report reads windows (host context) and chains only; call_windows rows are
+// decoded, and their histograms merged, only for the per-process breakdown.
+// Thread-safety: plain values and free functions; one connection per thread (sqlite.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "chains/chain.h"
+#include "common/result.h"
+#include "store/sqlite.h"
+
+namespace stallwatch::store {
+
+// A directory of private copies, removed with everything in it when the report closes.
+class PrivateDir {
+ public:
+  explicit PrivateDir(std::string path) : path_(std::move(path)) {}
+  ~PrivateDir();
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct ReportDb {
+  std::unique_ptr<PrivateDir> copy;  // set when a private copy is read; outlives `db`
+  DbPtr db;
+  bool immutable = false;  // opened with immutable=1: the -wal file, if any, was not read
+  std::string note;        // one line for stderr when a fallback was used, else empty
+};
+
+// Opens PATH read-only (`file:PATH?mode=ro`) and checks that it is a stallwatch database of a
+// schema this binary reads. A WAL reader needs the -shm file; where it cannot be created (a
+// copy in a directory this user may not write), the database and its -wal are copied to a
+// private temporary directory and read there; without a -wal (or when copying fails) the file
+// is read with `immutable=1`. Every error is one line naming PATH; a missing file says how to
+// create one.
+Result<ReportDb> open_report_db(const std::string& path);
+
+struct ReportQuery {
+  std::int64_t now_ns = 0;    // unix time the period ends (the wall clock, or fixed in tests)
+  std::int64_t since_ns = 0;  // length of the period: it is (now_ns - since_ns, now_ns]
+  std::string cgroup;         // "" or "/": everything; else this cgroup and its descendants
+  bool per_process = false;
+};
+
+// The windows table over the period. Averages skip windows where the value is unknown.
+struct HostSummary {
+  std::string hostname;       // filled by the caller; the database does not record it
+  std::uint64_t windows = 0;  // windows that ended in the period
+  std::int64_t first_ns = 0;  // ts_ns of the first and last of them
+  std::int64_t last_ns = 0;
+  std::int64_t newest_ns = 0;  // newest window in the whole database; 0 when it has none
+  double cpu_busy = -1;        // 0..1, -1 unknown
+  double mem_used = -1;        // 0..1, -1 unknown
+  double load1 = -1;
+  int cpus = 0;  // 0 unknown
+  double swap_used_bytes = -1;
+};
+
+// A chain row as stored; kind and severities stay strings so that a newer daemon's kinds
+// still show.
+struct ReportChain {
+  std::string id;
+  std::string kind;
+  std::string severity;
+  std::string peak;
+  bool open = false;
+  std::string cgroup;
+  std::string container_id;
+  std::string pod_uid;
+  int pid = 0;
+  std::string comm;
+  std::string call;
+  std::string api;
+  double p50_s = 0;
+  double p99_s = 0;
+  double baseline_p50_s = 0;
+  double baseline_p99_s = 0;
+  double ratio = 0;
+  std::int64_t opened_ns = 0;
+  std::int64_t updated_ns = 0;
+  std::int64_t closed_ns = 0;
+  std::uint64_t windows = 0;
+  std::string summary;
+  std::string root_cause;
+  std::string effect;
+  std::string recommendation;
+  std::vector<chains::Contributor> contributors;  // as stored: worst first
+  std::vector<std::pair<std::string, double>> evidence;
+};
+
+// What was traced per cgroup in the period: shown when no chain formed, so a quiet report
+// still proves that tracing worked.
+struct TracedCgroup {
+  std::string cgroup;
+  std::uint64_t processes = 0;
+  std::uint64_t calls = 0;
+};
+
+struct CallStats {
+  std::string call;
+  std::string api;
+  std::uint64_t count = 0;
+  double p50_s = 0;  // from the histogram merged over the period (upper bucket bounds)
+  double p99_s = 0;
+  double max_s = 0;
+};
+
+struct Preemptor {
+  std::string comm;
+  int pid = 0;
+  std::string cgroup;
+  std::uint64_t cpu_ns = 0;  // runnable time of the victim while this task ran
+  std::uint64_t count = 0;
+};
+
+struct ProcessStats {
+  std::string cgroup;
+  int pid = 0;
+  std::string comm;
+  std::vector<CallStats> calls;  // most calls first
+  std::uint64_t runnable_ns = 0;
+  std::uint64_t blocked_ns = 0;
+  std::uint64_t wall_ns = 0;  // window_ns summed over the windows it was active in
+  std::uint64_t preemptions = 0;
+  std::uint64_t worst_stall_ns = 0;   // longest call or outlier
+  std::vector<Preemptor> preemptors;  // most CPU stolen first, at most kTopPreemptors
+  std::uint64_t offcpu_ns() const { return runnable_ns + blocked_ns; }
+};
+
+inline constexpr std::size_t kTopPreemptors = 5;
+
+struct Report {
+  ReportQuery query;
+  HostSummary host;
+  // Open before closed, then severity (critical first), then most recently updated.
+  std::vector<ReportChain> chains;
+  std::vector<TracedCgroup> traced;     // filled only when `chains` is empty
+  std::vector<ProcessStats> processes;  // only with query.per_process; most off-CPU first
+};
+
+Result<Report> load_report(sqlite3* db, const ReportQuery& query);
+
+// Orders chains as the report shows them (see Report::chains).
+void sort_chains(std::vector<ReportChain>& chains);
+
+// SQL-side cgroup filter: true when `path` is `filter` or below it ("" and "/" match all).
+bool cgroup_matches(const std::string& filter, const std::string& path);
+
+}  // namespace stallwatch::store

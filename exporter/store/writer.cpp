@@ -1,0 +1,267 @@
+#include "store/writer.h"
+
+#include <limits>
+#include <utility>
+
+#include "common/json.h"
+#include "store/schema.h"
+#include "trace/calls.h"
+
+namespace stallwatch::store {
+namespace {
+
+constexpr const char* kWindowSql =
+    "INSERT INTO windows(ts_ns, window_ns, cpu_busy, mem_used, load1, cpus, swap_used_bytes) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(ts_ns) DO UPDATE SET "
+    "window_ns = excluded.window_ns, cpu_busy = excluded.cpu_busy, mem_used = excluded.mem_used, "
+    "load1 = excluded.load1, cpus = excluded.cpus, swap_used_bytes = excluded.swap_used_bytes";
+
+constexpr const char* kCgroupSql =
+    "INSERT INTO cgroups(path, container_id, pod_uid, runtime, qos, systemd_unit, slurm_job, "
+    "slurm_step, first_seen_ns, last_seen_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
+    "ON CONFLICT(path) DO UPDATE SET container_id = excluded.container_id, "
+    "pod_uid = excluded.pod_uid, runtime = excluded.runtime, qos = excluded.qos, "
+    "systemd_unit = excluded.systemd_unit, slurm_job = excluded.slurm_job, "
+    "slurm_step = excluded.slurm_step, "
+    "first_seen_ns = min(cgroups.first_seen_ns, excluded.first_seen_ns), "
+    "last_seen_ns = max(cgroups.last_seen_ns, excluded.last_seen_ns)";
+
+constexpr const char* kProcessSql =
+    "INSERT INTO processes(pid, start_ns, comm, cgroup, first_seen_ns, last_seen_ns) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT(pid, start_ns) DO UPDATE SET "
+    "comm = excluded.comm, cgroup = excluded.cgroup, "
+    "first_seen_ns = min(processes.first_seen_ns, excluded.first_seen_ns), "
+    "last_seen_ns = max(processes.last_seen_ns, excluded.last_seen_ns)";
+
+constexpr const char* kProcessWindowSql =
+    "INSERT INTO process_windows(ts_ns, cgroup, pid, runnable_ns, blocked_ns, oncpu_ns, "
+    "preemptions) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+constexpr const char* kCallWindowSql =
+    "INSERT INTO call_windows(ts_ns, cgroup, pid, call, api, count, sum_ns, runnable_ns, "
+    "blocked_ns, max_ns, buckets) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+constexpr const char* kPreemptorSql =
+    "INSERT INTO preemptor_windows(ts_ns, cgroup, victim_pid, pid, comm, preemptor_cgroup, "
+    "runnable_ns, count) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+constexpr const char* kOutlierSql =
+    "INSERT INTO outliers(ts_ns, cgroup, pid, tid, comm, call, api, duration_ns, runnable_ns, "
+    "blocked_ns, preemptions) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+constexpr const char* kChainSql =
+    "INSERT INTO chains(id, kind, severity, peak, open, cgroup, container_id, pod_uid, pid, "
+    "comm, call, api, p50_s, p99_s, baseline_p50_s, baseline_p99_s, ratio, opened_ns, "
+    "updated_ns, closed_ns, windows, summary, root_cause, effect, recommendation, contributors, "
+    "evidence) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+    "?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) ON CONFLICT(id) DO UPDATE SET "
+    "kind = excluded.kind, severity = excluded.severity, peak = excluded.peak, "
+    "open = excluded.open, cgroup = excluded.cgroup, container_id = excluded.container_id, "
+    "pod_uid = excluded.pod_uid, pid = excluded.pid, comm = excluded.comm, "
+    "call = excluded.call, api = excluded.api, p50_s = excluded.p50_s, p99_s = excluded.p99_s, "
+    "baseline_p50_s = excluded.baseline_p50_s, baseline_p99_s = excluded.baseline_p99_s, "
+    "ratio = excluded.ratio, opened_ns = excluded.opened_ns, updated_ns = excluded.updated_ns, "
+    "closed_ns = excluded.closed_ns, windows = excluded.windows, summary = excluded.summary, "
+    "root_cause = excluded.root_cause, effect = excluded.effect, "
+    "recommendation = excluded.recommendation, contributors = excluded.contributors, "
+    "evidence = excluded.evidence";
+
+// SQLite integers are signed; counters past INT64_MAX (never in practice) saturate.
+std::int64_t i64(std::uint64_t v) {
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  return static_cast<std::int64_t>(v > kMax ? kMax : v);
+}
+
+// Optional text: NULL when empty, so `IS NULL` finds what is unknown.
+void bind_opt(Stmt& st, int i, const std::string& v) {
+  if (v.empty()) {
+    st.bind_null(i);
+  } else {
+    st.bind(i, std::string_view(v));
+  }
+}
+
+// Host context and baselines: NULL when unknown (negative, resp. zero).
+void bind_known(Stmt& st, int i, double v, bool known) {
+  if (known) {
+    st.bind(i, v);
+  } else {
+    st.bind_null(i);
+  }
+}
+
+}  // namespace
+
+std::string contributors_json(const std::vector<chains::Contributor>& contributors) {
+  std::string out = "[";
+  for (const auto& c : contributors) {
+    if (out.size() > 1) out += ',';
+    out += "{\"comm\":" + json_string(c.comm) + ",\"pid\":" + std::to_string(c.pid) +
+           ",\"cgroup\":" + json_string(c.cgroup) + ",\"role\":" + json_string(c.role) +
+           ",\"cpu_ns\":" + std::to_string(c.cpu_ns) + ",\"count\":" + std::to_string(c.count) +
+           "}";
+  }
+  return out + "]";
+}
+
+std::string evidence_json(const std::vector<std::pair<std::string, double>>& evidence) {
+  std::string out = "{";
+  for (const auto& [name, value] : evidence) {
+    if (out.size() > 1) out += ',';
+    out += json_string(name) + ":" + json_number(value);
+  }
+  return out + "}";
+}
+
+Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
+  BatchWriter w;
+  w.db_ = db;
+  const std::pair<Stmt*, const char*> all[] = {
+      {&w.windows_, kWindowSql},          {&w.cgroups_, kCgroupSql},
+      {&w.processes_, kProcessSql},       {&w.process_windows_, kProcessWindowSql},
+      {&w.call_windows_, kCallWindowSql}, {&w.preemptors_, kPreemptorSql},
+      {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
+  };
+  for (const auto& [stmt, sql] : all) {
+    auto st = Stmt::prepare(db, sql);
+    if (!st) return st.error();
+    *stmt = std::move(*st);
+  }
+  return w;
+}
+
+Result<Ok> BatchWriter::done(Stmt& st) {
+  int rc = st.step();
+  st.reset();
+  if (rc != SQLITE_DONE) return make_error(db_error(db_), sqlite3_extended_errcode(db_));
+  return Ok{};
+}
+
+Result<Ok> BatchWriter::write(std::span<const WindowBatch> batches) {
+  if (batches.empty()) return Ok{};
+  auto r = exec(db_, "BEGIN IMMEDIATE");
+  if (!r) return make_error(r.error().message, sqlite3_extended_errcode(db_));
+  for (const auto& b : batches) {
+    r = write_one(b);
+    if (!r) break;
+  }
+  if (r) {
+    r = exec(db_, "COMMIT");
+    if (!r) r = make_error(r.error().message, sqlite3_extended_errcode(db_));
+  }
+  if (!r && !sqlite3_get_autocommit(db_)) (void)exec(db_, "ROLLBACK");
+  return r;
+}
+
+Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
+  const std::int64_t ts = b.end_ns;
+  const HostContext& h = b.host;
+  windows_.bind(1, ts).bind(2, b.window_ns);
+  bind_known(windows_, 3, h.cpu_busy, h.cpu_busy >= 0);
+  bind_known(windows_, 4, h.mem_used, h.mem_used >= 0);
+  bind_known(windows_, 5, h.load1, h.load1 >= 0);
+  if (h.cpus > 0) {
+    windows_.bind(6, std::int64_t{h.cpus});
+  } else {
+    windows_.bind_null(6);
+  }
+  if (h.swap_used_bytes >= 0) {
+    windows_.bind(7, h.swap_used_bytes);
+  } else {
+    windows_.bind_null(7);
+  }
+  if (auto r = done(windows_); !r) return r;
+
+  for (const auto& id : b.cgroups) {
+    cgroups_.bind(1, std::string_view(id.cgroup));
+    bind_opt(cgroups_, 2, id.container_id);
+    bind_opt(cgroups_, 3, id.pod_uid);
+    bind_opt(cgroups_, 4, id.runtime);
+    bind_opt(cgroups_, 5, id.qos);
+    bind_opt(cgroups_, 6, id.systemd_unit);
+    bind_opt(cgroups_, 7, id.slurm_job);
+    bind_opt(cgroups_, 8, id.slurm_step);
+    cgroups_.bind(9, ts);
+    if (auto r = done(cgroups_); !r) return r;
+  }
+
+  const auto calls = trace::all_calls();
+  for (const auto& p : b.processes) {
+    const std::int64_t pid = p.pid;
+    processes_.bind(1, pid).bind(2, p.start_ns);
+    bind_opt(processes_, 3, p.comm);
+    processes_.bind(4, std::string_view(p.cgroup)).bind(5, ts);
+    if (auto r = done(processes_); !r) return r;
+
+    process_windows_.bind(1, ts).bind(2, std::string_view(p.cgroup)).bind(3, pid);
+    process_windows_.bind(4, i64(p.offcpu.runnable_ns)).bind(5, i64(p.offcpu.blocked_ns));
+    process_windows_.bind(6, i64(p.offcpu.oncpu_ns)).bind(7, i64(p.offcpu.preemptions));
+    if (auto r = done(process_windows_); !r) return r;
+
+    for (const auto& [call_id, t] : p.calls) {
+      if (call_id >= calls.size()) continue;  // a newer BPF object than this table: no name
+      const auto& info = calls[call_id];
+      call_windows_.bind(1, ts).bind(2, std::string_view(p.cgroup)).bind(3, pid);
+      call_windows_.bind(4, info.name).bind(5, trace::api_name(info.api));
+      call_windows_.bind(6, i64(t.count)).bind(7, i64(t.sum_ns)).bind(8, i64(t.runnable_ns));
+      call_windows_.bind(9, i64(t.blocked_ns)).bind(10, i64(t.max_ns));
+      call_windows_.bind_blob(11, encode_buckets(t.buckets));
+      if (auto r = done(call_windows_); !r) return r;
+    }
+
+    for (const auto& pr : p.preemptors) {
+      preemptors_.bind(1, ts).bind(2, std::string_view(p.cgroup));
+      preemptors_.bind(3, std::int64_t{pr.victim_pid}).bind(4, std::int64_t{pr.pid});
+      bind_opt(preemptors_, 5, pr.comm);
+      bind_opt(preemptors_, 6, pr.cgroup);
+      preemptors_.bind(7, i64(pr.runnable_ns)).bind(8, i64(pr.count));
+      if (auto r = done(preemptors_); !r) return r;
+    }
+  }
+
+  for (const auto& o : b.outliers) {
+    outliers_.bind(1, o.ts_ns).bind(2, std::string_view(o.cgroup));
+    outliers_.bind(3, std::int64_t{o.pid}).bind(4, std::int64_t{o.tid});
+    bind_opt(outliers_, 5, o.comm);
+    outliers_.bind(6, std::string_view(o.call)).bind(7, std::string_view(o.api));
+    outliers_.bind(8, i64(o.duration_ns)).bind(9, i64(o.runnable_ns));
+    outliers_.bind(10, i64(o.blocked_ns)).bind(11, std::int64_t{o.preemptions});
+    if (auto r = done(outliers_); !r) return r;
+  }
+
+  for (const auto& c : b.chains) {
+    if (auto r = write_chain(c); !r) return r;
+  }
+  return Ok{};
+}
+
+Result<Ok> BatchWriter::write_chain(const chains::Chain& c) {
+  Stmt& st = chains_;
+  st.bind(1, std::string_view(c.id)).bind(2, chains::kind_name(c.kind));
+  st.bind(3, chains::severity_name(c.severity)).bind(4, chains::severity_name(c.peak));
+  st.bind(5, std::int64_t{c.open ? 1 : 0}).bind(6, std::string_view(c.identity.cgroup));
+  bind_opt(st, 7, c.identity.container_id);
+  bind_opt(st, 8, c.identity.pod_uid);
+  if (c.pid > 0) {
+    st.bind(9, std::int64_t{c.pid});
+  } else {
+    st.bind_null(9);
+  }
+  bind_opt(st, 10, c.comm);
+  bind_opt(st, 11, c.call);
+  bind_opt(st, 12, c.api);
+  st.bind(13, c.p50_s).bind(14, c.p99_s);
+  bind_known(st, 15, c.baseline_p50_s, c.baseline_p50_s > 0);
+  bind_known(st, 16, c.baseline_p99_s, c.baseline_p99_s > 0);
+  bind_known(st, 17, c.ratio, c.ratio > 0);
+  st.bind(18, c.opened_ns).bind(19, c.updated_ns).bind(20, c.closed_ns);
+  st.bind(21, i64(c.windows));
+  bind_opt(st, 22, c.summary);
+  bind_opt(st, 23, c.root_cause);
+  bind_opt(st, 24, c.effect);
+  bind_opt(st, 25, c.recommendation);
+  st.bind(26, contributors_json(c.contributors)).bind(27, evidence_json(c.evidence));
+  return done(st);
+}
+
+}  // namespace stallwatch::store

@@ -1,0 +1,650 @@
+// Tests for exporter/store/store.h: batches become exact rows, chains are upserted in place,
+// old schemas migrate and newer ones are refused, retention by age and by size, kill -9 leaves
+// an intact database, unwritable paths give one clear line.
+#include "store/store.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "store/schema.h"
+#include "store/sqlite.h"
+#include "store/writer.h"
+#include "trace/calls.h"
+
+namespace stallwatch::store {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::hours;
+
+constexpr std::int64_t kSecond = 1'000'000'000;
+constexpr std::int64_t kProcessStart = 1'600'000'000 * kSecond;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "stallwatch-store-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
+    fs::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::uint32_t call_id(std::string_view symbol, trace::Api api) {
+  auto id = trace::call_for_symbol(symbol, api);
+  EXPECT_TRUE(id.has_value()) << symbol;
+  return id.value_or(0);
+}
+
+CallTotals totals(std::uint64_t count, std::uint64_t sum_ns) {
+  CallTotals t;
+  t.count = count;
+  t.sum_ns = sum_ns;
+  t.runnable_ns = sum_ns / 4;
+  t.blocked_ns = sum_ns / 8;
+  t.max_ns = sum_ns / 2;
+  t.buckets[trace::bucket_of_ns(sum_ns / count)] = count;
+  return t;
+}
+
+chains::ProcessWindow process(const std::string& cgroup, int pid, std::int64_t start_ns) {
+  chains::ProcessWindow p;
+  p.cgroup = cgroup;
+  p.pid = pid;
+  p.comm = "python3";
+  p.start_ns = start_ns;
+  p.offcpu = {
+      .runnable_ns = 3'000'000, .blocked_ns = 1'000'000, .oncpu_ns = 90'000'000, .preemptions = 17};
+  p.calls[call_id("cudaStreamSynchronize", trace::Api::kRuntime)] = totals(40, 400'000'000);
+  p.calls[call_id("cuLaunchKernel", trace::Api::kDriver)] = totals(1000, 5'000'000);
+  p.preemptors.push_back(Preemptor{.victim_pid = pid,
+                                   .pid = 777,
+                                   .comm = "fluent-bit",
+                                   .cgroup = "/system.slice/fluent-bit.service",
+                                   .runnable_ns = 2'500'000,
+                                   .count = 12});
+  return p;
+}
+
+chains::Chain chain(const std::string& id, std::int64_t at_ns) {
+  chains::Chain c;
+  c.id = id;
+  c.kind = chains::Kind::kCpuContention;
+  c.severity = chains::Severity::kHigh;
+  c.peak = chains::Severity::kHigh;
+  c.identity.cgroup = "/kubepods.slice/pod1";
+  c.identity.pod_uid = "1a2b";
+  c.pid = 4242;
+  c.comm = "python3";
+  c.call = "cudaStreamSynchronize";
+  c.api = "runtime";
+  c.p50_s = 0.004;
+  c.p99_s = 0.25;
+  c.baseline_p50_s = 0.002;
+  c.baseline_p99_s = 0.01;
+  c.ratio = 25;
+  c.opened_ns = at_ns - 10 * kSecond;
+  c.updated_ns = at_ns;
+  c.windows = 2;
+  c.summary = "[HIGH] cpu_contention: cudaStreamSynchronize p99 250ms (25x baseline)";
+  c.root_cause = "fluent-bit (pid 777) kept python3 off the CPU";
+  c.effect = "p99 250ms";
+  c.recommendation = "systemctl set-property fluent-bit.service CPUQuota=50%\nline 2";
+  c.contributors.push_back({.comm = "fluent-bit",
+                            .pid = 777,
+                            .cgroup = "/system.slice/fluent-bit.service",
+                            .role = "preemptor",
+                            .cpu_ns = 2'500'000,
+                            .count = 12});
+  c.evidence = {{"runnable_share", 0.5}, {"preemptions", 17}};
+  return c;
+}
+
+WindowBatch batch(std::int64_t end_ns, int pid = 4242,
+                  const std::string& cgroup = "/kubepods.slice/pod1") {
+  WindowBatch b;
+  b.end_ns = end_ns;
+  b.window_ns = 5 * kSecond;
+  b.host = {.cpu_busy = 0.75, .mem_used = 0.5, .load1 = 12.5, .cpus = 16, .swap_used_bytes = 0};
+  identity::Identity id;
+  id.cgroup = cgroup;
+  id.pod_uid = "1a2b";
+  id.qos = "burstable";
+  b.cgroups.push_back(id);
+  b.processes.push_back(process(cgroup, pid, kProcessStart));
+  Outlier o;
+  o.ts_ns = end_ns - kSecond;
+  o.cgroup = cgroup;
+  o.pid = pid;
+  o.tid = pid + 1;
+  o.comm = "python3";
+  o.call = "cudaStreamSynchronize";
+  o.api = "runtime";
+  o.duration_ns = 300'000'000;
+  o.runnable_ns = 200'000'000;
+  o.blocked_ns = 1'000;
+  o.preemptions = 9;
+  b.outliers.push_back(o);
+  return b;
+}
+
+StoreOptions options(const std::string& path) {
+  StoreOptions o;
+  o.path = path;
+  o.prune_interval = hours(1);  // tests prune with prune_now()
+  return o;
+}
+
+std::unique_ptr<Store> open_store(const StoreOptions& o) {
+  auto s = Store::open(o);
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+DbPtr open_plain(const std::string& path) {
+  auto db = open_db(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  EXPECT_TRUE(db.ok());
+  return db.ok() ? std::move(*db) : nullptr;
+}
+
+// Every row of a query, each as its columns joined with '|' (NULL as "NULL").
+std::vector<std::string> rows(sqlite3* db, const std::string& sql) {
+  std::vector<std::string> out;
+  auto st = Stmt::prepare(db, sql);
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  if (!st) return out;
+  while (st->step() == SQLITE_ROW) {
+    std::string line;
+    for (int c = 0; c < sqlite3_column_count(st->get()); c++) {
+      if (c) line += '|';
+      line += st->is_null(c) ? "NULL" : st->text(c);
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
+std::int64_t scalar(sqlite3* db, const std::string& sql) {
+  auto st = Stmt::prepare(db, sql);
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  if (!st || st->step() != SQLITE_ROW) return -1;
+  return st->int64(0);
+}
+
+TEST(StoreTest, WritesBatchAsExactRows) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  const std::int64_t ts = 1'700'000'000 * kSecond;
+  WindowBatch b = batch(ts);
+  b.chains.push_back(chain("00000000000000a1", ts));
+  {
+    auto store = open_store(options(path));
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->enqueue(b));
+    store->flush();
+    StoreStats s = store->stats();
+    EXPECT_TRUE(s.enabled);
+    EXPECT_EQ(s.batches_written, 1u);
+    EXPECT_EQ(s.rows_written, b.rows());
+    EXPECT_EQ(s.batches_dropped, 0u);
+    EXPECT_EQ(s.write_errors, 0u);
+    EXPECT_EQ(s.queue_size, 0u);
+    EXPECT_GT(s.db_bytes, 0u);
+  }
+  auto db = open_plain(path);
+  const std::string t = std::to_string(ts);
+  EXPECT_EQ(rows(db.get(), "SELECT * FROM windows"),
+            std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0"});
+  EXPECT_EQ(rows(db.get(), "SELECT * FROM cgroups"),
+            std::vector<std::string>{
+                "/kubepods.slice/pod1|NULL|1a2b|NULL|burstable|NULL|NULL|NULL|" + t + "|" + t});
+  EXPECT_EQ(rows(db.get(), "SELECT * FROM processes"),
+            std::vector<std::string>{"4242|" + std::to_string(kProcessStart) +
+                                     "|python3|/kubepods.slice/pod1|" + t + "|" + t});
+  EXPECT_EQ(rows(db.get(), "SELECT * FROM process_windows"),
+            std::vector<std::string>{t + "|/kubepods.slice/pod1|4242|3000000|1000000|90000000|17"});
+  EXPECT_EQ(
+      rows(db.get(),
+           "SELECT ts_ns, cgroup, pid, call, api, count, sum_ns, runnable_ns, blocked_ns, "
+           "max_ns FROM call_windows ORDER BY call"),
+      (std::vector<std::string>{
+          t + "|/kubepods.slice/"
+              "pod1|4242|cuLaunchKernel|driver|1000|5000000|1250000|625000|2500000",
+          t + "|/kubepods.slice/pod1|4242|cudaStreamSynchronize|runtime|40|400000000|100000000|"
+              "50000000|200000000"}));
+  auto st =
+      Stmt::prepare(db.get(), "SELECT buckets FROM call_windows WHERE call = 'cuLaunchKernel'");
+  ASSERT_TRUE(st.ok());
+  ASSERT_EQ(st->step(), SQLITE_ROW);
+  EXPECT_EQ(decode_buckets(st->blob(0)), b.processes[0].calls.rbegin()->second.buckets);
+  EXPECT_EQ(rows(db.get(), "SELECT * FROM preemptor_windows"),
+            std::vector<std::string>{t + "|/kubepods.slice/pod1|4242|777|fluent-bit|"
+                                         "/system.slice/fluent-bit.service|2500000|12"});
+  EXPECT_EQ(rows(db.get(), "SELECT * FROM outliers"),
+            std::vector<std::string>{std::to_string(ts - kSecond) +
+                                     "|/kubepods.slice/pod1|4242|4243|python3|"
+                                     "cudaStreamSynchronize|runtime|300000000|200000000|1000|9"});
+  EXPECT_EQ(
+      rows(db.get(),
+           "SELECT id, kind, severity, peak, open, cgroup, container_id, pod_uid, pid, comm, call, "
+           "api, p50_s, p99_s, baseline_p50_s, baseline_p99_s, ratio, opened_ns, updated_ns, "
+           "closed_ns, windows, summary, root_cause, effect, recommendation FROM chains"),
+      std::vector<std::string>{
+          "00000000000000a1|cpu_contention|high|high|1|/kubepods.slice/pod1|NULL|1a2b|4242|"
+          "python3|cudaStreamSynchronize|runtime|0.004|0.25|0.002|0.01|25.0|" +
+          std::to_string(ts - 10 * kSecond) + "|" + t +
+          "|0|2|[HIGH] cpu_contention: cudaStreamSynchronize p99 250ms (25x baseline)|"
+          "fluent-bit (pid 777) kept python3 off the CPU|p99 250ms|"
+          "systemctl set-property fluent-bit.service CPUQuota=50%\nline 2"});
+  EXPECT_EQ(rows(db.get(), "SELECT contributors, evidence FROM chains"),
+            std::vector<std::string>{
+                R"([{"comm":"fluent-bit","pid":777,"cgroup":"/system.slice/fluent-bit.service",)"
+                R"("role":"preemptor","cpu_ns":2500000,"count":12}]|)"
+                R"({"runnable_share":0.5,"preemptions":17})"});
+  // The JSON columns are usable from SQL.
+  EXPECT_EQ(rows(db.get(),
+                 "SELECT json_extract(contributors, '$[0].comm'), "
+                 "json_extract(evidence, '$.runnable_share') FROM chains"),
+            std::vector<std::string>{"fluent-bit|0.5"});
+}
+
+TEST(StoreTest, UnknownValuesAreNull) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  WindowBatch b;
+  b.end_ns = now_ns();
+  b.window_ns = kSecond;
+  chains::Chain c = chain("00000000000000b2", b.end_ns);
+  c.pid = 0;
+  c.comm.clear();
+  c.identity.pod_uid.clear();
+  c.baseline_p50_s = c.baseline_p99_s = c.ratio = 0;
+  c.contributors.clear();
+  c.evidence.clear();
+  b.chains.push_back(c);
+  {
+    auto store = open_store(options(path));
+    ASSERT_TRUE(store);
+    store->enqueue(b);
+  }  // the destructor writes what is queued
+  auto db = open_plain(path);
+  EXPECT_EQ(rows(db.get(), "SELECT cpu_busy, mem_used, load1, cpus, swap_used_bytes FROM windows"),
+            std::vector<std::string>{"NULL|NULL|NULL|NULL|NULL"});
+  EXPECT_EQ(rows(db.get(),
+                 "SELECT pid, comm, pod_uid, baseline_p50_s, baseline_p99_s, ratio, "
+                 "contributors, evidence FROM chains"),
+            std::vector<std::string>{"NULL|NULL|NULL|NULL|NULL|NULL|[]|{}"});
+}
+
+TEST(StoreTest, ChainUpsertUpdatesInPlace) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  const std::int64_t ts = now_ns();
+  {
+    auto store = open_store(options(path));
+    ASSERT_TRUE(store);
+    WindowBatch first = batch(ts);
+    first.chains.push_back(chain("00000000000000c3", ts));
+    first.chains.push_back(chain("00000000000000c4", ts));
+    ASSERT_TRUE(store->enqueue(first));
+    store->flush();
+
+    WindowBatch second = batch(ts + 5 * kSecond);
+    chains::Chain c = chain("00000000000000c3", ts + 5 * kSecond);
+    c.open = false;
+    c.severity = chains::Severity::kMedium;
+    c.peak = chains::Severity::kCritical;
+    c.closed_ns = ts + 5 * kSecond;
+    c.windows = 3;
+    c.p99_s = 0.5;
+    c.contributors.clear();
+    second.chains.push_back(c);
+    ASSERT_TRUE(store->enqueue(second));
+    store->flush();
+    EXPECT_EQ(store->stats().batches_written, 2u);
+  }
+  auto db = open_plain(path);
+  EXPECT_EQ(rows(db.get(),
+                 "SELECT id, open, severity, peak, closed_ns, windows, p99_s, "
+                 "contributors FROM chains ORDER BY id"),
+            (std::vector<std::string>{"00000000000000c3|0|medium|critical|" +
+                                          std::to_string(ts + 5 * kSecond) + "|3|0.5|[]",
+                                      "00000000000000c4|1|high|high|0|2|0.25|" +
+                                          contributors_json(chain("x", 0).contributors)}));
+  // The process and the cgroup are one row each, seen from the first to the second window.
+  EXPECT_EQ(rows(db.get(), "SELECT first_seen_ns, last_seen_ns FROM processes"),
+            std::vector<std::string>{std::to_string(ts) + "|" + std::to_string(ts + 5 * kSecond)});
+  EXPECT_EQ(rows(db.get(), "SELECT first_seen_ns, last_seen_ns FROM cgroups"),
+            std::vector<std::string>{std::to_string(ts) + "|" + std::to_string(ts + 5 * kSecond)});
+  EXPECT_EQ(scalar(db.get(), "SELECT count(*) FROM windows"), 2);
+}
+
+TEST(StoreTest, SetsWalIncrementalVacuumAndCreatesDirectories) {
+  TempDir dir;
+  const std::string path = dir.file("a/b/sw.db");
+  { ASSERT_TRUE(open_store(options(path))); }
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.file("a/b").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+  auto db = open_plain(path);
+  EXPECT_EQ(rows(db.get(), "PRAGMA journal_mode"), std::vector<std::string>{"wal"});
+  EXPECT_EQ(scalar(db.get(), "PRAGMA auto_vacuum"), 2);  // incremental
+  EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), kSchemaVersion);
+}
+
+TEST(StoreTest, MigratesVersion1Database) {
+  TempDir dir;
+  const std::string path = dir.file("old.db");
+  const std::int64_t ts = now_ns();
+  {
+    auto db = open_plain(path);
+    ASSERT_TRUE(migrate(db.get(), 1).ok());
+    ASSERT_EQ(scalar(db.get(), "PRAGMA user_version"), 1);
+    const std::string t = std::to_string(ts);
+    ASSERT_TRUE(
+        exec(db.get(), "INSERT INTO windows(ts_ns, window_ns) VALUES(" + t +
+                           ", 5000000000);"
+                           "INSERT INTO chains(id, kind, severity, open, cgroup, opened_ns, "
+                           "updated_ns, closed_ns, windows) VALUES('00000000000000d5', "
+                           "'io_stall', 'critical', 0, '/job', " +
+                           t + ", " + t + ", " + t + ", 4)")
+            .ok());
+  }
+  {
+    auto store = open_store(options(path));
+    ASSERT_TRUE(store);
+    store->enqueue(batch(ts + 5 * kSecond));
+  }
+  auto db = open_plain(path);
+  EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), 2);
+  EXPECT_EQ(scalar(db.get(), "PRAGMA auto_vacuum"), 2);  // converted with VACUUM
+  EXPECT_EQ(rows(db.get(), "SELECT id, kind, severity, peak, container_id, pod_uid FROM chains"),
+            std::vector<std::string>{"00000000000000d5|io_stall|critical|critical|NULL|NULL"});
+  EXPECT_EQ(rows(db.get(), "SELECT ts_ns, cpu_busy, cpus FROM windows ORDER BY ts_ns"),
+            (std::vector<std::string>{std::to_string(ts) + "|NULL|NULL",
+                                      std::to_string(ts + 5 * kSecond) + "|0.75|16"}));
+  EXPECT_EQ(rows(db.get(), "PRAGMA integrity_check"), std::vector<std::string>{"ok"});
+}
+
+TEST(StoreTest, RefusesNewerSchema) {
+  TempDir dir;
+  const std::string path = dir.file("new.db");
+  {
+    auto db = open_plain(path);
+    ASSERT_TRUE(exec(db.get(), "CREATE TABLE future(x); PRAGMA user_version = 99").ok());
+  }
+  auto s = Store::open(options(path));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message,
+            path +
+                ": database schema version 99 is newer than this stallwatch understands (2); "
+                "upgrade stallwatch or use another --db");
+  auto db = open_plain(path);
+  EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), 99);
+  EXPECT_EQ(rows(db.get(), "PRAGMA journal_mode"),
+            std::vector<std::string>{"delete"});  // untouched
+}
+
+TEST(StoreTest, RefusesFileThatIsNotADatabase) {
+  TempDir dir;
+  const std::string path = dir.file("notes.txt");
+  {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("these are not the pages you are looking for, not at all, no. 0123456789abcdef\n",
+               f);
+    std::fclose(f);
+  }
+  auto s = Store::open(options(path));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, path + " is not a SQLite database; pass --db with another path");
+}
+
+TEST(StoreTest, UnwritablePathIsOneClearLine) {
+  TempDir dir;
+  // A directory where the file should be.
+  const std::string as_dir = dir.file("db.d");
+  ASSERT_TRUE(fs::create_directory(as_dir));
+  auto s = Store::open(options(as_dir));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "cannot write " + as_dir +
+                                   ": is a directory; pass --db with a file name, not a directory");
+  // A directory that cannot be created (even by root).
+  s = Store::open(options("/proc/stallwatch-test/sw.db"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("cannot create directory /proc/stallwatch-test for the database "
+                                   "/proc/stallwatch-test/sw.db: "),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find("pass --db PATH"), std::string::npos);
+  EXPECT_EQ(s.error().message.find('\n'), std::string::npos);
+}
+
+TEST(StoreTest, PermissionDeniedNamesTheFix) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  TempDir dir;
+  const std::string ro = dir.file("ro");
+  ASSERT_TRUE(fs::create_directory(ro));
+  ASSERT_EQ(::chmod(ro.c_str(), 0500), 0);
+  auto s = Store::open(options(ro + "/sw.db"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "cannot write " + ro +
+                                   "/sw.db: permission denied; run as root or pass --db PATH in a "
+                                   "writable directory");
+}
+
+TEST(StoreTest, FullQueueDropsNewBatchesAndCountsThem) {
+  TempDir dir;
+  StoreOptions o = options(dir.file("sw.db"));
+  o.queue_batches = 2;
+  auto store = open_store(o);
+  ASSERT_TRUE(store);
+  const std::int64_t ts = now_ns();
+  std::uint64_t accepted = 0, refused = 0;
+  for (int i = 0; i < 300; i++) {
+    (store->enqueue(batch(ts + i * kSecond)) ? accepted : refused)++;
+  }
+  store->flush();
+  StoreStats s = store->stats();
+  EXPECT_EQ(s.batches_dropped, refused);
+  EXPECT_EQ(s.batches_written, accepted);
+  EXPECT_EQ(s.queue_size, 0u);
+  EXPECT_EQ(s.batches_written + s.batches_dropped, 300u);
+}
+
+TEST(StoreTest, PrunesByAge) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  const std::int64_t now = now_ns();
+  const std::int64_t old_ts = now - 8 * 24 * 3600 * kSecond;
+  const std::int64_t new_ts = now - 3600 * kSecond;
+  WindowBatch old_batch = batch(old_ts, 100, "/old");
+  chains::Chain closed = chain("00000000000000e1", old_ts);
+  closed.open = false;
+  closed.closed_ns = old_ts;
+  old_batch.chains.push_back(closed);
+  old_batch.chains.push_back(chain("00000000000000e2", old_ts));  // open: kept however old
+  WindowBatch new_batch = batch(new_ts, 200, "/new");
+  StoreOptions o = options(path);
+  o.retention = hours(24 * 7);
+  auto store = open_store(o);
+  ASSERT_TRUE(store);
+  store->enqueue(old_batch);
+  store->enqueue(new_batch);
+  store->flush();
+  ASSERT_TRUE(store->prune_now().ok());
+  // windows, cgroup, process, process window, 2 calls, preemptor, outlier, closed chain.
+  EXPECT_EQ(store->stats().rows_pruned, 9u);
+  auto db = open_plain(path);
+  const std::string n = std::to_string(new_ts);
+  for (const char* table : {"windows", "call_windows", "process_windows", "preemptor_windows"}) {
+    EXPECT_EQ(rows(db.get(), std::string("SELECT DISTINCT ts_ns FROM ") + table),
+              std::vector<std::string>{n})
+        << table;
+  }
+  EXPECT_EQ(rows(db.get(), "SELECT ts_ns FROM outliers"),
+            std::vector<std::string>{std::to_string(new_ts - kSecond)});
+  EXPECT_EQ(rows(db.get(), "SELECT id FROM chains"), std::vector<std::string>{"00000000000000e2"});
+  EXPECT_EQ(rows(db.get(), "SELECT path FROM cgroups"), std::vector<std::string>{"/new"});
+  EXPECT_EQ(rows(db.get(), "SELECT pid FROM processes"), std::vector<std::string>{"200"});
+}
+
+TEST(StoreTest, PrunesBySizeKeepingTheNewest) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  StoreOptions o = options(path);
+  o.max_bytes = 256 << 10;
+  auto store = open_store(o);
+  ASSERT_TRUE(store);
+  const std::int64_t first = now_ns() - 3600 * kSecond;
+  constexpr int kBatches = 600;
+  for (int i = 0; i < kBatches; i++) {
+    WindowBatch b = batch(first + i * kSecond);
+    for (int p = 1; p < 4; p++) b.processes.push_back(process("/kubepods.slice/pod1", 5000 + p, 0));
+    ASSERT_TRUE(store->enqueue(std::move(b)));
+    if (i % 50 == 49) store->flush();
+  }
+  store->flush();
+  ASSERT_TRUE(store->prune_now().ok());
+  StoreStats s = store->stats();
+  EXPECT_GT(s.rows_pruned, 0u);
+  EXPECT_EQ(s.write_errors, 0u);
+  EXPECT_EQ(s.batches_written, static_cast<std::uint64_t>(kBatches));
+  EXPECT_LE(s.db_bytes, o.max_bytes);
+
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  std::uint64_t on_disk = static_cast<std::uint64_t>(st.st_size);
+  if (::stat((path + "-wal").c_str(), &st) == 0) on_disk += static_cast<std::uint64_t>(st.st_size);
+  EXPECT_LE(on_disk, o.max_bytes);
+
+  auto db = open_plain(path);
+  const std::string newest = std::to_string(first + (kBatches - 1) * kSecond);
+  EXPECT_EQ(scalar(db.get(), "SELECT max(ts_ns) FROM windows"), first + (kBatches - 1) * kSecond);
+  EXPECT_EQ(scalar(db.get(), "SELECT count(*) FROM call_windows WHERE ts_ns = " + newest), 8);
+  EXPECT_EQ(scalar(db.get(), "SELECT count(*) FROM windows WHERE ts_ns = " + std::to_string(first)),
+            0);
+  EXPECT_EQ(
+      scalar(db.get(), "SELECT count(*) FROM call_windows WHERE ts_ns = " + std::to_string(first)),
+      0);
+  // What is left is a contiguous run of the newest windows.
+  const std::int64_t kept = scalar(db.get(), "SELECT count(*) FROM windows");
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, kBatches);
+  EXPECT_EQ(scalar(db.get(), "SELECT min(ts_ns) FROM windows"),
+            first + (kBatches - kept) * kSecond);
+  EXPECT_EQ(rows(db.get(), "PRAGMA integrity_check"), std::vector<std::string>{"ok"});
+}
+
+TEST(StoreTest, WriteErrorsAreCountedNotFatal) {
+  TempDir dir;
+  StoreOptions o = options(dir.file("sw.db"));
+  o.max_bytes = 128 << 10;  // open chains are never pruned: they fill it for good
+  auto store = open_store(o);
+  ASSERT_TRUE(store);
+  const std::int64_t ts = now_ns();
+  for (int i = 0; i < 40; i++) {
+    WindowBatch b;
+    b.end_ns = ts + i;
+    b.window_ns = kSecond;
+    for (int k = 0; k < 10; k++) {
+      chains::Chain c = chain(std::to_string(1000 + i * 10 + k), ts);
+      c.root_cause.assign(2000, 'x');
+      b.chains.push_back(c);
+    }
+    EXPECT_TRUE(store->enqueue(std::move(b)));
+    store->flush();
+  }
+  StoreStats s = store->stats();
+  EXPECT_GT(s.write_errors, 0u);
+  EXPECT_GT(s.batches_written, 0u);
+  EXPECT_LT(s.batches_written, 40u);
+  // Still alive and writing what fits.
+  auto small = batch(ts + kSecond);
+  small.outliers.clear();
+  EXPECT_TRUE(store->enqueue(small));
+  store->flush();
+}
+
+// A writer killed with SIGKILL at any moment leaves a database that passes integrity_check.
+TEST(StoreCrashTest, Kill9LeavesIntactDatabase) {
+  TempDir dir;
+  const std::string path = dir.file("crash.db");
+  const std::int64_t base = now_ns() - 3600 * kSecond;
+  std::int64_t last_count = 0;
+  for (int round = 0; round < 4; round++) {
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::close(ready[0]);
+      StoreOptions o;
+      o.path = path;
+      o.max_bytes = 4 << 20;  // size pruning runs while it is killed, too
+      o.prune_interval = std::chrono::milliseconds(20);
+      auto s = Store::open(o);
+      if (!s) ::_exit(3);
+      std::int64_t ts = base + std::int64_t{round} * 1'000'000 * kSecond / 1000;
+      for (bool signalled = false;;) {
+        for (int k = 0; k < 8; k++) {
+          WindowBatch b = batch(ts);
+          b.chains.push_back(chain("00000000000000f" + std::to_string(k), ts));
+          (*s)->enqueue(std::move(b));
+          ts += kSecond / 1000;
+        }
+        (*s)->flush();
+        if (!signalled) {
+          signalled = ::write(ready[1], "r", 1) == 1;
+        }
+      }
+    }
+    ::close(ready[1]);
+    char c = 0;
+    const ssize_t n = ::read(ready[0], &c, 1);
+    ::close(ready[0]);
+    if (n == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    ASSERT_EQ(n, 1) << "the writer child did not commit (exit " << WEXITSTATUS(status) << ")";
+    ASSERT_TRUE(WIFSIGNALED(status));
+
+    auto db = open_plain(path);
+    EXPECT_EQ(rows(db.get(), "PRAGMA integrity_check"), std::vector<std::string>{"ok"})
+        << "round " << round;
+    const std::int64_t count = scalar(db.get(), "SELECT count(*) FROM windows");
+    EXPECT_GT(count, 0);
+    EXPECT_GE(scalar(db.get(), "SELECT count(*) FROM call_windows"), 2 * count);
+    EXPECT_EQ(scalar(db.get(), "SELECT count(*) FROM chains"), 8);
+    last_count = count;
+  }
+  EXPECT_GT(last_count, 0);
+}
+
+}  // namespace
+}  // namespace stallwatch::store
