@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "support/harness.h"
 
 #include <arpa/inet.h>
@@ -151,9 +152,12 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   port_ = free_port();
   log_ = "/tmp/stallwatch-test-daemon-" + std::to_string(getpid()) + "-" + std::to_string(port_) +
          ".log";
+  db_ = "/tmp/stallwatch-test-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".db";
   std::vector<std::string> argv = {STALLWATCH_BIN, "run", "--listen",
-                                   "127.0.0.1:" + std::to_string(port_), "--window", "200ms",
-                                   "--db", "/tmp/stallwatch-test.db"};
+                                   "127.0.0.1:" + std::to_string(port_), "--db", db_};
+  if (std::find(extra_args.begin(), extra_args.end(), "--window") == extra_args.end()) {
+    argv.insert(argv.end(), {"--window", "200ms"});
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -170,6 +174,7 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
 
 Daemon::~Daemon() {
   if (pid_ > 0) stop();
+  for (const char* suffix : {"", "-wal", "-shm"}) unlink((db_ + suffix).c_str());
 }
 
 std::string Daemon::url(const std::string& path) const {

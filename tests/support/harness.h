@@ -48,6 +48,7 @@ class Daemon {
   bool wait_windows(int n = 2, std::chrono::seconds limit = std::chrono::seconds(20));
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_; }
+  const std::string& db_path() const { return db_; }  // removed with the daemon
   int stop();  // SIGTERM, bounded wait; returns the exit status
 
  private:
@@ -55,6 +56,7 @@ class Daemon {
   pid_t pid_ = -1;
   int port_ = 0;
   std::string log_;
+  std::string db_;
 };
 
 // A cgroup v2 directory under the unified mount, removed (after its processes exit) when
