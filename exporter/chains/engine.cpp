@@ -60,8 +60,8 @@ void Engine::update_baselines(const WindowView& view, const std::vector<Finding>
     if (frozen.count({p.cgroup, p.pid})) continue;
     for (const auto& [id, t] : p.calls) {
       if (t.count < th.min_calls) continue;
-      double p50 = trace::quantile_upper_seconds(t.buckets, 0.50);
-      double p99 = trace::quantile_upper_seconds(t.buckets, 0.99);
+      double p50 = trace::quantile_seconds(t.buckets, 0.50, t.max_ns);
+      double p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
       const double n = static_cast<double>(t.count);
       baselines_[{p.cgroup, p.pid, id}].push(p50, p99, n, th.baseline_windows);
       baselines_[{p.cgroup, 0, id}].push(p50, p99, n, th.baseline_windows);

@@ -37,8 +37,8 @@ CallStat stat_of(std::uint32_t id, const CallTotals& t) {
   s.sum_ns = t.sum_ns;
   s.runnable_ns = t.runnable_ns;
   s.max_ns = t.max_ns;
-  s.p50 = trace::quantile_upper_seconds(t.buckets, 0.50);
-  s.p99 = trace::quantile_upper_seconds(t.buckets, 0.99);
+  s.p50 = trace::quantile_seconds(t.buckets, 0.50, t.max_ns);
+  s.p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
   return s;
 }
 

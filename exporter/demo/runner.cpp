@@ -37,7 +37,7 @@ std::string window_line(const chains::WindowView& v) {
   std::uint64_t runnable = 0;
   for (const auto& [id, t] : top->calls) {
     runnable += t.runnable_ns;
-    double p99 = trace::quantile_upper_seconds(t.buckets, 0.99);
+    double p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
     if (p99 > worst_p99) {
       worst_p99 = p99;
       worst = id;

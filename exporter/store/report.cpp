@@ -424,8 +424,8 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
     }
     for (const auto& a : agg.calls) {
       p.calls.push_back(CallStats{
-          names.name(a.call), a.api, a.count, trace::quantile_upper_seconds(a.buckets, 0.50),
-          trace::quantile_upper_seconds(a.buckets, 0.99), static_cast<double>(a.max_ns) / 1e9});
+          names.name(a.call), a.api, a.count, trace::quantile_seconds(a.buckets, 0.50, a.max_ns),
+          trace::quantile_seconds(a.buckets, 0.99, a.max_ns), static_cast<double>(a.max_ns) / 1e9});
       p.worst_stall_ns = std::max(p.worst_stall_ns, a.max_ns);
     }
     std::sort(p.calls.begin(), p.calls.end(), [](const CallStats& a, const CallStats& b) {

@@ -50,4 +50,10 @@ double quantile_upper_seconds(const KernelBuckets& kernel, double q) {
   return INFINITY;
 }
 
+double quantile_seconds(const KernelBuckets& kernel, double q, std::uint64_t max_ns) {
+  const double upper = quantile_upper_seconds(kernel, q);
+  const double max_s = static_cast<double>(max_ns) / 1e9;
+  return max_ns > 0 && max_s < upper ? max_s : upper;
+}
+
 }  // namespace stallwatch::trace

@@ -37,4 +37,8 @@ std::vector<std::uint64_t> fold_to_exported(const KernelBuckets& kernel);
 // q-th value, in seconds; 0 for an empty histogram.
 double quantile_upper_seconds(const KernelBuckets& kernel, double q);
 
+// The same, never above the largest value seen (`max_ns`, when known): a bucket's upper bound
+// can exceed every value in it, and a p99 above the maximum reads wrong.
+double quantile_seconds(const KernelBuckets& kernel, double q, std::uint64_t max_ns);
+
 }  // namespace stallwatch::trace
