@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "chains/format.h"
 #include "store/report.h"
 
 namespace stallwatch::cli {
@@ -15,10 +16,11 @@ namespace stallwatch::cli {
 // then the process breakdown when the report has one. Ends with a newline.
 std::string render_explain_text(const store::Report& report);
 
-// 7µs, 7.2ms, 1.3s, 2m05s, 1h02m; "0" for zero, ">256s" for the histogram's overflow bucket.
-std::string human_seconds(double s);
-std::string human_ns(std::uint64_t ns);
-std::string thousands(std::uint64_t n);          // 14504 → "14,504"
+// Number formats (chains/format.h), also under this namespace for the renderers.
+using chains::human_ns;
+using chains::human_seconds;
+using chains::short_number;
+using chains::thousands;
 std::string utc_datetime(std::int64_t unix_ns);  // "2026-11-20 14:02:11"
 std::string rfc3339(std::int64_t unix_ns);       // "2026-11-20T14:02:11Z"
 
