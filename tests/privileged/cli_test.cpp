@@ -63,6 +63,31 @@ TEST(Cli, MalformedConfigValueNamesTheOption) {
   EXPECT_NE(r.output.find("--window: invalid duration '5 seconds'"), std::string::npos) << r.output;
 }
 
+TEST(Cli, UnwritableDatabaseIsOneClearLineBeforeAnyProbe) {
+  // A regular file where a directory should be: not even root can create the database.
+  const std::string dir = "/tmp/stallwatch-cli-" + std::to_string(getpid());
+  std::ofstream(dir) << "not a directory\n";
+  auto r = run(kBin + " run --listen 127.0.0.1:" + std::to_string(free_port()) + " --db " + dir +
+               "/sub/stallwatch.db");
+  unlink(dir.c_str());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.output.find("error: cannot create directory " + dir + "/sub for the database"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("pass --db PATH in a writable directory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("tracing "), std::string::npos) << "no probe before the store opened";
+}
+
+TEST(Cli, BadStoreLimitsNameTheFlag) {
+  auto r = run(kBin + " run --max-db 12XB");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.output, "stallwatch run: --max-db: unknown size unit in '12XB'; use B, KiB, MiB, "
+                      "GiB, TiB (or KB, MB, GB, TB)\n");
+  r = run(kBin + " run --retention forever");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--retention: "), std::string::npos) << r.output;
+}
+
 TEST(Cli, BadListenAddress) {
   auto r = run(kBin + " run --listen 9464");
   EXPECT_EQ(r.status, 2);
