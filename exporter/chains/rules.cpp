@@ -188,7 +188,7 @@ void RuleContext::cpu_contention(const ProcessWindow& p, std::vector<Finding>& o
   const Baseline* b = baseline(p, worst_id);
   set_call(c, st, b, baseline_known(b));
   for (const auto& pre : p.preemptors) {
-    if (c.contributors.size() == 5) break;
+    if (c.contributors.size() == 10) break;  // as many as the snapshot keeps
     c.contributors.push_back(Contributor{pre.comm, pre.pid, pre.cgroup,
                                          pre.cgroup == p.cgroup ? "preemptor, same workload"
                                                                 : "preemptor, other workload",

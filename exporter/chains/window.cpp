@@ -1,5 +1,7 @@
 #include "chains/window.h"
 
+#include "trace/histogram.h"
+
 #include <algorithm>
 #include <chrono>
 #include <tuple>
@@ -33,7 +35,8 @@ CallTotals delta(const CallTotals& now, const CallTotals* before) {
   } else {
     for (size_t k = d.buckets.size(); k-- > 0;) {
       if (d.buckets[k] == 0) continue;
-      d.max_ns = std::min<std::uint64_t>(now.max_ns, std::uint64_t{1} << std::min<size_t>(k, 62));
+      const auto bound = static_cast<std::uint64_t>(trace::bucket_upper_seconds(static_cast<unsigned>(k)) * 1e9);
+      d.max_ns = std::min<std::uint64_t>(now.max_ns, bound);
       break;
     }
   }
@@ -117,7 +120,9 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       }
       p.first_seen = !seen_before.count(pid);
       std::sort(p.preemptors.begin(), p.preemptors.end(),
-                [](const Preemptor& a, const Preemptor& b) { return a.runnable_ns > b.runnable_ns; });
+                [](const Preemptor& a, const Preemptor& b) {
+                  return a.runnable_ns != b.runnable_ns ? a.runnable_ns > b.runnable_ns : a.pid < b.pid;
+                });
       v.processes.push_back(std::move(p));
     }
   }

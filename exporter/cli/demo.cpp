@@ -92,6 +92,11 @@ int demo_main(const std::vector<std::string>& args) {
     std::cerr << "\n";
     return 2;
   }
+  if (ro.hold && listen.empty()) {
+    std::cerr << "stallwatch demo: --hold needs --listen (it keeps the incident going for "
+                 "Prometheus)\n";
+    return 2;
+  }
   if (db.empty()) {
     const char* tmp = std::getenv("TMPDIR");
     db = std::string(tmp && *tmp ? tmp : "/tmp") + "/stallwatch-demo-" + name + "-" +
@@ -119,10 +124,6 @@ int demo_main(const std::vector<std::string>& args) {
     std::signal(SIGTERM, on_signal);
     ro.serve_after = true;
     ro.stop = &g_stop;
-  } else if (ro.hold) {
-    std::cerr << "stallwatch demo: --hold needs --listen (it keeps the incident going for "
-                 "Prometheus)\n";
-    return 2;
   }
   ExplainOptions eo;
   eo.db = db;
