@@ -7,9 +7,13 @@
 #  2. daemon cost: its CPU (utime+stime, % of one core), RSS, lost events and calls counted while
 #     call_loop paces RATES calls/s (over RATE_THREADS threads) for RATE_SECONDS each, and idle;
 #  3. BPF program run time (kernel.bpf_stats_enabled) per run: sched_switch/sched_wakeup under a
-#     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair.
+#     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair;
+#  4. engine and store (user space only, bench/engine_bench): ring-buffer records/s through the
+#     chain engine, Engine::observe per window, store rows/s and MiB/hour, explain over 24 h.
 # Writes bench/results/latest.json and prints a table. Knobs (environment): ROUNDS, CALLS,
-# RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, PORT, BUILD, JOBS, OUT.
+# RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, PORT, BUILD, JOBS, OUT,
+# ENGINE_REPS, ENGINE_CPU, ENGINE_DIR, and ONLY=engine: part 4 alone, without root; it replaces
+# only the "engine" key of OUT (creating OUT when missing).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,6 +28,10 @@ PINGPONG_SECONDS="${PINGPONG_SECONDS:-5}"
 PORT="${PORT:-19464}"
 JOBS="${JOBS:-1}"
 OUT="${OUT:-$ROOT/bench/results/latest.json}"
+ONLY="${ONLY:-}"
+ENGINE_REPS="${ENGINE_REPS:-5}"
+ENGINE_CPU="${ENGINE_CPU:-0}"
+ENGINE_DIR="${ENGINE_DIR:-/tmp}"
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -31,14 +39,68 @@ die() {
   exit 1
 }
 
-[[ $(id -u) -eq 0 ]] || die "run as root: uprobes, the daemon and bpf_stats need it"
+# ---------------------------------------------------------------------------------------------
+# 4. Engine and store: user space only (no root, no kernel objects), one thread pinned to
+# ENGINE_CPU, ENGINE_REPS repetitions, medians. Defined here so that ONLY=engine can run it alone.
+ENGINE_JSON="$BUILD/bench/engine.json"
+run_engine() {
+  log "building engine_bench (-j $JOBS)"
+  [[ -f $BUILD/CMakeCache.txt ]] || cmake -S "$ROOT" -B "$BUILD" >&2
+  cmake --build "$BUILD" --target engine_bench -j "$JOBS" >&2
+  log "engine_bench: ring records, Engine::observe, store, explain over 24 h (databases in $ENGINE_DIR)"
+  rm -f "$ENGINE_JSON"
+  "$BUILD/bench/engine_bench" --cpu "$ENGINE_CPU" --reps "$ENGINE_REPS" --dir "$ENGINE_DIR" \
+    --out "$ENGINE_JSON" >&2
+}
+merge_engine() { # OUT.engine = engine_bench's object (+ date, revision); the rest of OUT stays
+  local base='{}'
+  mkdir -p "$(dirname "$OUT")"
+  [[ -s $OUT ]] && base=$(<"$OUT")
+  jq --slurpfile e "$ENGINE_JSON" --arg date "$(date -u +%FT%TZ)" \
+    --arg revision "$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)" \
+    --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" --argjson nproc "$(nproc)" \
+    '.engine = ({date: $date, revision: $revision, cpu_model: $cpu, nproc: $nproc} + $e[0])' \
+    <<<"$base" >"$OUT.tmp"
+  mv "$OUT.tmp" "$OUT"
+}
+engine_table() {
+  echo "engine and store (user space only; 1 thread on CPU $(jq -r .engine.cpu "$OUT"), median of $(jq -r .engine.reps "$OUT"))"
+  jq -r 'def r(n): if . == null then "-" else (. * pow(10; n) | round) / pow(10; n) | tostring end;
+    .engine as $e
+    | "part\tmeasure\tvalue\ttarget",
+      (select($e.ring) | $e.ring
+       | "ring -> engine\trecords/s (ns/record)\t\(.records_per_s / 1e6 | r(2)) M (\(.ns_per_record | r(1)) ns)\t>= 1 M",
+         "ring -> engine\tadd ns/record; drain, window us per 100k\t\(.add_ns_per_record | r(1)); \(.drain_us_per_window | r(0)), \(.pipeline_us_per_window | r(0))\t-"),
+      ($e.observe // [] | .[] | "observe \(.processes) x \(.calls)\tus/window (diff_windows)\t\(.us_per_window | r(1)) (\(.diff_us_per_window | r(1)))\t-"),
+      (select($e.store) | $e.store
+       | "store \(.processes) x \(.calls)\trows/s, commit per window (all queued)\t\(.rows_per_s | r(0)) (\(.rows_per_s_bulk | r(0)))\t-",
+         "store 1 h, \(.hour.processes) x \(.hour.calls_per_process)\tMiB/hour (bytes/row)\t\(.hour.mib_per_hour | r(2)) (\(.hour.bytes_per_row | r(0)))\t-"),
+      (select($e.explain) | $e.explain
+       | "explain 24 h\tms default / --per-process\t\(.default_ms | r(1)) / \(.per_process_ms | r(1))\t< 1000",
+         "explain 24 h\tDB: windows, chains, MiB, generation s\t\(.windows), \(.chains), \(.db_bytes / 1048576 | r(0)), \(.generate_s | r(1))\t-")' \
+    "$OUT" | column -t -s $'\t'
+}
+
+if [[ $ONLY == engine ]]; then
+  for tool in cmake jq; do
+    command -v "$tool" >/dev/null || die "$tool not found"
+  done
+  run_engine
+  merge_engine
+  log "wrote .engine of $OUT"
+  engine_table
+  exit 0
+fi
+[[ -z $ONLY || $ONLY == all ]] || die "ONLY=$ONLY: the only part that runs alone is ONLY=engine"
+
+[[ $(id -u) -eq 0 ]] || die "run as root: uprobes, the daemon and bpf_stats need it (ONLY=engine does not)"
 for tool in cmake curl jq bpftool sysctl; do
   command -v "$tool" >/dev/null || die "$tool not found"
 done
 
-log "building stallwatch, mock_cudart_mock, empty_probe, call_loop, pingpong (-j $JOBS)"
+log "building stallwatch, mock_cudart_mock, empty_probe, call_loop, pingpong, engine_bench (-j $JOBS)"
 cmake --build "$BUILD" --target stallwatch mock_cudart_mock empty_probe call_loop pingpong \
-  -j "$JOBS" >&2
+  engine_bench -j "$JOBS" >&2
 
 # A private copy of the mock runtime: its own inode, so probes that tests or other tools hold on
 # build/mock/libcudart.so.12 never fire in this loop (nor ours in theirs). Same bytes, same name.
@@ -317,6 +379,10 @@ stop_loader
 sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
 STATS_WAS=
 stop_daemon
+
+# ---------------------------------------------------------------------------------------------
+# 4. Engine and store (run_engine above); merged into OUT as "engine" once OUT is written.
+run_engine
 total_ms=$(($(now_ms) - start_all))
 
 # ---------------------------------------------------------------------------------------------
@@ -362,6 +428,7 @@ jq -n --slurpfile samples "$SAMPLES" --slurpfile cost "$COST" --slurpfile hooks 
       (1 + (.call_cost.bpf_body_ns_per_call.stallwatch - .call_cost.bpf_body_ns_per_call.empty)
              / .call_cost.added_ns.empty)
   | .call_cost.pass = (.call_cost.ratio_of_medians <= 1.10)' >"$OUT"
+merge_engine
 log "wrote $OUT"
 
 table() { jq -r "def r(n): if . == null then \"-\" else (. * pow(10; n) | round) / pow(10; n) | tostring end; $1" "$OUT" | column -t -s $'\t'; }
@@ -384,5 +451,7 @@ echo "BPF program run time (bpf_stats; program body only, not the uprobe trap)"
 table '"phase\tprogram\truns\tns/run",
   (.bpf_run_time[] | .phase as $p | .programs | to_entries[] | select(.key != "discovery_mmap" and .value.runs >= 1000)
    | "\($p)\t\(.key)\t\(.value.runs)\t\(.value.ns_per_run | r(1))")'
+echo
+engine_table
 echo
 table '"total runtime \(.runtime_s.total | r(0)) s (rounds \(.runtime_s.rounds | r(0)) s)"'

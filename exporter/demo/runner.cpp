@@ -1,5 +1,6 @@
 #include "demo/runner.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -66,6 +67,9 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
   int story = 0;
   for (const auto& p : scenario.phases) story += p.windows;
   const std::int64_t w = options.window.count();
+  // The synthetic content of a window is sized for at least 1 s (a training step takes tens of
+  // ms), so short --window values only speed the story up; the engine sees the content's length.
+  const std::int64_t content_ns = std::max<std::int64_t>(w, 1000000000);
   auto now_ns = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
         .count();
@@ -82,10 +86,10 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
       std::this_thread::sleep_until(steady0 + std::chrono::nanoseconds(
                                                   static_cast<std::int64_t>(result.windows + 1) * w));
     }
-    phase.step(host, i, end, w);
+    phase.step(host, i, end, content_ns);
     auto snap = host.snapshot(Clock::time_point(std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::nanoseconds(end))),
-                              options.window);
+                              std::chrono::nanoseconds(content_ns));
     ctx.cpu_busy = 0.35;
     ctx.mem_used = 0.62;
     ctx.load1 = 3.1;

@@ -17,7 +17,9 @@
 namespace stallwatch::demo {
 
 struct RunnerOptions {
-  std::chrono::nanoseconds window = std::chrono::seconds(1);  // simulated window length
+  // Time between windows. Each window's synthetic content covers max(window, 1 s), so a
+  // shorter window only plays the story faster.
+  std::chrono::nanoseconds window = std::chrono::seconds(1);
   bool realtime = true;  // wait `window` between windows; false: as fast as possible, with
                          // timestamps laid out so the story ends now
   bool hold = false;     // after the story, keep repeating the incident phase
