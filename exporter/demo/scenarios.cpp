@@ -53,6 +53,17 @@ void train(SyntheticHost& h, int pid, std::int64_t w, const Train& t) {
 
 Train calm() { return Train{}; }
 
+// A phase in which `pid` (created in its first window, started `age_ns` before) trains with
+// `load` and nothing else happens.
+Phase training(std::string narration, int windows, int pid, const char* cgroup,
+               std::int64_t age_ns, Train load) {
+  return {std::move(narration), windows,
+          [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+            if (!h.has_process(pid)) h.add_process(cgroup, pid, "python3", now - age_ns);
+            train(h, pid, w, load);
+          }};
+}
+
 // CPU contention: syncs wait for a CPU; `share` of the thread's time is spent runnable.
 Train contended(double share) {
   Train t;
@@ -75,13 +86,8 @@ Scenario incident() {
              {},
              1};
   const int pid = 3821;
-  s.phases.push_back({"python3 train.py runs calm: cudaStreamSynchronize ~7µs, on-CPU 95%", 6,
-                      [pid](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {
-                        if (i == 0 && !h.has_process(pid)) {
-                          h.add_process(kTrainPod, pid, "python3", now - 3600000000000LL);
-                        }
-                        train(h, pid, w, calm());
-                      }});
+  s.phases.push_back(training("python3 train.py runs calm: cudaStreamSynchronize ~7µs, on-CPU 95%",
+                              6, pid, kTrainPod, 3600000000000LL, calm()));
   s.phases.push_back(
       {"4 DataLoader workers, prometheus-node-exporter and fluent-bit start competing for the "
        "training process's cores",
@@ -96,10 +102,8 @@ Scenario incident() {
                         per_window(27, w));
          h.preempted_by(pid, 1311, "fluent-bit", kFluentBit, ns * 5 / 100, per_window(19, w));
        }});
-  s.phases.push_back({"the agents are niced and training is pinned: back to calm", 4,
-                      [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
-                        train(h, pid, w, calm());
-                      }});
+  s.phases.push_back(training("the agents are niced and training is pinned: back to calm", 4, pid,
+                              kTrainPod, 3600000000000LL, calm()));
   return s;
 }
 
@@ -110,13 +114,7 @@ Scenario cpu_contention() {
              {},
              1};
   const int pid = 4242;
-  s.phases.push_back({"python3 trains alone", 5,
-                      [pid](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {
-                        if (i == 0 && !h.has_process(pid)) {
-                          h.add_process(kTrainPod, pid, "python3", now - 600000000000LL);
-                        }
-                        train(h, pid, w, calm());
-                      }});
+  s.phases.push_back(training("python3 trains alone", 5, pid, kTrainPod, 600000000000LL, calm()));
   s.phases.push_back({"fluent-bit wakes up on the same cores and parses a log burst", 8,
                       [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
                         Train t = contended(0.30);
@@ -126,10 +124,7 @@ Scenario cpu_contention() {
                                        static_cast<std::uint64_t>(w) * 28 / 100,
                                        per_window(110, w));
                       }});
-  s.phases.push_back({"fluent-bit is done", 3,
-                      [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
-                        train(h, pid, w, calm());
-                      }});
+  s.phases.push_back(training("fluent-bit is done", 3, pid, kTrainPod, 600000000000LL, calm()));
   return s;
 }
 
@@ -276,19 +271,14 @@ Scenario healthy() {
              {},
              0};
   const int pid = 9100;
-  s.phases.push_back({"python3 trains; syncs wait ~5ms for the GPU, nothing else competes", 12,
-                      [pid](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {
-                        if (i == 0 && !h.has_process(pid)) {
-                          h.add_process(kTrainPod, pid, "python3", now - 600000000000LL);
-                        }
-                        Train t;
-                        t.sync_ns = 5000000;
-                        t.sync_tail_ns = 8000000;
-                        t.sync_tail_share = 0.05;
-                        t.sync_blocked = 0.9;
-                        t.thread_blocked = 0.6;
-                        train(h, pid, w, t);
-                      }});
+  Train busy;
+  busy.sync_ns = 5000000;
+  busy.sync_tail_ns = 8000000;
+  busy.sync_tail_share = 0.05;
+  busy.sync_blocked = 0.9;
+  busy.thread_blocked = 0.6;
+  s.phases.push_back(training("python3 trains; syncs wait ~5ms for the GPU, nothing else competes",
+                              12, pid, kTrainPod, 600000000000LL, busy));
   return s;
 }
 
