@@ -127,6 +127,13 @@ struct ScenarioRun {
     for (const auto& w : windows) out.insert(out.end(), w.changed.begin(), w.changed.end());
     return out;
   }
+  // The first window that opened, updated or closed a chain; null when none did.
+  const WindowOutcome* first_change() const {
+    for (const auto& w : windows) {
+      if (!w.changed.empty()) return &w;
+    }
+    return nullptr;
+  }
   std::vector<std::string> ids() const {
     std::vector<std::string> out;
     for (const auto& c : changes()) {
@@ -239,13 +246,7 @@ TEST(ChainScenarios, IncidentIsOneCriticalCpuContention) {
       EXPECT_TRUE(w.changed.empty()) << "calm window " << w.i;
     }
   }
-  const WindowOutcome* first = nullptr;
-  for (const auto& w : run.windows) {
-    if (!w.changed.empty()) {
-      first = &w;
-      break;
-    }
-  }
+  const WindowOutcome* first = run.first_change();
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->phase, 1u);
   EXPECT_EQ(first->i, 1);
@@ -336,13 +337,7 @@ TEST(ChainScenarios, PeriodicSpikeOpensAtTheSecondSpike) {
   ScenarioRun run = run_scenario("periodic-spike");
   ASSERT_EQ(run.ids().size(), 1u);
   // Spikes are in phase 1 windows 3, 7 and 11; the chain opens exactly at window 7.
-  const WindowOutcome* first = nullptr;
-  for (const auto& w : run.windows) {
-    if (!w.changed.empty()) {
-      first = &w;
-      break;
-    }
-  }
+  const WindowOutcome* first = run.first_change();
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->phase, 1u);
   EXPECT_EQ(first->i, 7);
