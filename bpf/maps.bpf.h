@@ -7,6 +7,7 @@
 #ifndef STALLWATCH_MAPS_BPF_H
 #define STALLWATCH_MAPS_BPF_H
 
+#include "cuda.h"
 #include "sched.h"
 #include "stallwatch.h"
 
@@ -23,6 +24,38 @@ SW_SHARED struct {
 	__type(key, int);
 	__type(value, struct thread_state);
 } threads SEC(".maps");
+
+/* Per (cgroup, call, process) call histograms (cuda.bpf.c and nccl.bpf.c fill it). */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, struct call_key);
+	__type(value, struct call_stats);
+} cuda_call_duration SEC(".maps");
+
+/* Calls at or above outlier_threshold_ns, one record each. */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} outliers SEC(".maps");
+
+/*
+ * Cgroups with CUDA-issuing threads: the host hooks (reclaim, OOM, block I/O, TCP) work only
+ * for these. A thread's first call (or first call after moving) adds its cgroup; user space
+ * removes cgroups that no longer exist.
+ */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+} watched_cgroups SEC(".maps");
+
+static __always_inline bool sw_watched(__u64 cgroup_id)
+{
+	return bpf_map_lookup_elem(&watched_cgroups, &cgroup_id) != NULL;
+}
 
 /* Records or aggregations lost, per enum sw_lost_source. */
 SW_SHARED struct {

@@ -13,6 +13,11 @@ struct call_frame {
 	__u64 blocked_ns;
 	__u32 call_id;
 	__u32 preemptions;
+	/* Arguments an NCCL call's return needs (nccl.bpf.c): communicator or out-pointer, ... */
+	__u64 aux_ptr;
+	__u64 aux_val;
+	__s32 aux_i0;
+	__s32 aux_i1;
 };
 
 /* Task-local storage of a CUDA-issuing thread (created at its first traced call). */

@@ -30,6 +30,8 @@ enum sw_lost_source {
 	SW_LOST_OFFCPU_MAP,          /* off-CPU time not aggregated: offcpu map full */
 	SW_LOST_THREAD_STATE,        /* call not tracked: per-thread storage unavailable */
 	SW_LOST_NESTING,             /* call not tracked: nested deeper than SW_MAX_DEPTH */
+	SW_LOST_HOST_RINGBUF,        /* host event (OOM kill) dropped: ring buffer full */
+	SW_LOST_HOST_MAP,            /* host or NCCL statistic not aggregated: its map is full */
 	SW_LOST_MAX,
 };
 

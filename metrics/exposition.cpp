@@ -2,7 +2,10 @@
 
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "trace/calls.h"
 #include "trace/histogram.h"
@@ -53,7 +56,9 @@ ClientMetric gauge(Labels labels, double v) {
   return m;
 }
 
-ClientMetric histogram(Labels labels, const CallTotals& t) {
+// A histogram from kernel log2 buckets: CallTotals, IoTotals and NcclTotals alike.
+template <typename Totals>
+ClientMetric histogram(Labels labels, const Totals& t) {
   ClientMetric m;
   m.label = std::move(labels);
   m.histogram.sample_count = t.count;
@@ -67,6 +72,108 @@ ClientMetric histogram(Labels labels, const CallTotals& t) {
   }
   m.histogram.bucket.push_back({t.count, std::numeric_limits<double>::infinity()});
   return m;
+}
+
+// Whether a series has CUDA-issuing threads (a cgroup can also be a series for its host
+// evidence alone, e.g. a DataLoader's I/O): only those get the off-CPU and starvation families.
+bool has_cuda_threads(const Series& s) {
+  return !s.calls.empty() || !s.process_info.empty() || s.offcpu.runnable_ns > 0 ||
+         s.offcpu.blocked_ns > 0 || s.offcpu.oncpu_ns > 0;
+}
+
+// The `rank` and `world_size` labels: decimal, "" while not learnt (-1).
+std::string rank_label(int v) { return v < 0 ? std::string() : std::to_string(v); }
+
+// Host-side families (issue 4), per series and only where the series has that kind of data.
+void add_host_families(const Snapshot& snap, std::vector<MetricFamily>& out) {
+  auto calls = trace::all_calls();
+  auto starvation = family("stallwatch_gpu_starvation_ratio",
+                           "Share of the CUDA-issuing threads' wall time over the last window "
+                           "spent blocked (off-CPU, sleeping) outside any CUDA call (0..1).",
+                           MetricType::Gauge);
+  auto reclaim_s = family("stallwatch_memory_reclaim_seconds_total",
+                          "Time the series' tasks spent in memory reclaim, by kind (direct: the "
+                          "node ran short; memcg: the cgroup's own memory limit).",
+                          MetricType::Counter);
+  auto reclaims =
+      family("stallwatch_memory_reclaims_total",
+             "Memory reclaim episodes of the series' tasks, by kind.", MetricType::Counter);
+  auto oom = family("stallwatch_oom_kills_total",
+                    "Processes of the series killed by the OOM killer, by victim (cuda: a "
+                    "CUDA-issuing process).",
+                    MetricType::Counter);
+  auto pressure = family("stallwatch_pressure_stall_seconds_total",
+                         "The cgroup's pressure stall time (cgroup v2 PSI), by resource and "
+                         "scope (some: at least one task stalled; full: all non-idle tasks).",
+                         MetricType::Counter);
+  auto io_duration = family("stallwatch_block_io_duration_seconds",
+                            "Block I/O requests submitted by the series' tasks, from submission "
+                            "to completion, by device and op.",
+                            MetricType::Histogram);
+  auto io_bytes = family("stallwatch_block_io_bytes_total",
+                         "Bytes of the block I/O requests submitted by the series' tasks.",
+                         MetricType::Counter);
+  auto retransmits = family("stallwatch_tcp_retransmits_total",
+                            "TCP segments retransmitted by sockets of the series, by family.",
+                            MetricType::Counter);
+  auto nccl_duration = family("stallwatch_nccl_op_duration_seconds",
+                              "Wall time of NCCL collective and point-to-point calls, by op and "
+                              "the communicator's rank and size (\"\" until known).",
+                              MetricType::Histogram);
+  auto nccl_bytes =
+      family("stallwatch_nccl_op_bytes_total",
+             "Bytes passed to NCCL ops (element count times element size).", MetricType::Counter);
+  const auto count = [](std::uint64_t v) { return static_cast<double>(v); };
+  for (const auto& [label, s] : snap.series) {
+    Labels id = identity_labels(s.identity);
+    if (has_cuda_threads(s)) starvation.metric.push_back(gauge(id, s.starvation_ratio));
+    const ReclaimTotals& r = s.reclaim;
+    if (r.direct_count + r.memcg_count > 0 || r.direct_ns + r.memcg_ns > 0) {
+      reclaim_s.metric.push_back(counter(with(id, {{"kind", "direct"}}), seconds(r.direct_ns)));
+      reclaim_s.metric.push_back(counter(with(id, {{"kind", "memcg"}}), seconds(r.memcg_ns)));
+      reclaims.metric.push_back(counter(with(id, {{"kind", "direct"}}), count(r.direct_count)));
+      reclaims.metric.push_back(counter(with(id, {{"kind", "memcg"}}), count(r.memcg_count)));
+    }
+    if (s.oom_kills > 0 || s.oom_kills_cuda > 0) {
+      const std::uint64_t cuda = std::min(s.oom_kills_cuda, s.oom_kills);
+      oom.metric.push_back(counter(with(id, {{"victim", "cuda"}}), count(s.oom_kills_cuda)));
+      oom.metric.push_back(counter(with(id, {{"victim", "other"}}), count(s.oom_kills - cuda)));
+    }
+    if (const PressureTotals& p = s.pressure; p.known) {
+      for (const auto& [resource, some_ns, full_ns] :
+           {std::tuple{"cpu", p.cpu_some_ns, p.cpu_full_ns},
+            std::tuple{"memory", p.memory_some_ns, p.memory_full_ns},
+            std::tuple{"io", p.io_some_ns, p.io_full_ns}}) {
+        pressure.metric.push_back(
+            counter(with(id, {{"resource", resource}, {"scope", "some"}}), seconds(some_ns)));
+        pressure.metric.push_back(
+            counter(with(id, {{"resource", resource}, {"scope", "full"}}), seconds(full_ns)));
+      }
+    }
+    for (const auto& [key, t] : s.io) {
+      Labels l = with(id, {{"device", key.device}, {"op", key.op}});
+      io_duration.metric.push_back(histogram(l, t));
+      io_bytes.metric.push_back(counter(l, count(t.bytes)));
+    }
+    if (s.tcp_retransmits_ipv4 + s.tcp_retransmits_ipv6 > 0) {
+      retransmits.metric.push_back(
+          counter(with(id, {{"family", "ipv4"}}), count(s.tcp_retransmits_ipv4)));
+      retransmits.metric.push_back(
+          counter(with(id, {{"family", "ipv6"}}), count(s.tcp_retransmits_ipv6)));
+    }
+    for (const auto& [key, t] : s.nccl) {
+      if (key.call_id >= calls.size()) continue;
+      Labels l = with(id, {{"op", std::string(calls[key.call_id].name)},
+                           {"rank", rank_label(key.rank)},
+                           {"world_size", rank_label(key.world_size)}});
+      nccl_duration.metric.push_back(histogram(l, t));
+      nccl_bytes.metric.push_back(counter(l, count(t.bytes)));
+    }
+  }
+  for (auto* f : {&starvation, &reclaim_s, &reclaims, &oom, &pressure, &io_duration, &io_bytes,
+                  &retransmits, &nccl_duration, &nccl_bytes}) {
+    if (!f->metric.empty()) out.push_back(std::move(*f));
+  }
 }
 
 void add_chain_families(const Snapshot& snap, std::vector<MetricFamily>& out) {
@@ -112,7 +219,9 @@ void add_store_families(const StoreStats& st, std::vector<MetricFamily>& out) {
 
 const char* lost_source_name(unsigned source) {
   static constexpr const char* kNames[] = {"outlier_ringbuf", "discovery_ringbuf", "call_map_full",
-                                           "offcpu_map_full", "thread_state",      "call_nesting"};
+                                           "offcpu_map_full", "thread_state",      "call_nesting",
+                                           "host_ringbuf",    "host_map_full"};
+  static_assert(std::size(kNames) == SW_LOST_MAX, "a name for every enum sw_lost_source");
   return source < std::size(kNames) ? kNames[source] : "unknown";
 }
 
@@ -146,10 +255,13 @@ std::vector<MetricFamily> to_families(const Snapshot& snap, const BuildInfo& bui
       call_off.metric.push_back(counter(
           with(id, {{"api", api}, {"call", name}, {"state", "blocked"}}), seconds(t.blocked_ns)));
     }
-    off.metric.push_back(counter(with(id, {{"state", "runnable"}}), seconds(s.offcpu.runnable_ns)));
-    off.metric.push_back(counter(with(id, {{"state", "blocked"}}), seconds(s.offcpu.blocked_ns)));
-    ratio.metric.push_back(gauge(with(id, {{"state", "runnable"}}), s.runnable_ratio));
-    ratio.metric.push_back(gauge(with(id, {{"state", "blocked"}}), s.blocked_ratio));
+    if (has_cuda_threads(s)) {
+      off.metric.push_back(
+          counter(with(id, {{"state", "runnable"}}), seconds(s.offcpu.runnable_ns)));
+      off.metric.push_back(counter(with(id, {{"state", "blocked"}}), seconds(s.offcpu.blocked_ns)));
+      ratio.metric.push_back(gauge(with(id, {{"state", "runnable"}}), s.runnable_ratio));
+      ratio.metric.push_back(gauge(with(id, {{"state", "blocked"}}), s.blocked_ratio));
+    }
     const auto& i = s.identity;
     info.metric.push_back(gauge(with(id, {{"pod_uid", i.pod_uid},
                                           {"runtime", i.runtime},
@@ -187,8 +299,9 @@ std::vector<MetricFamily> to_families(const Snapshot& snap, const BuildInfo& bui
   build_info.metric.push_back(gauge({{"version", build.version}, {"revision", build.revision}}, 1));
 
   std::vector<MetricFamily> out;
-  for (auto* f : {&duration, &call_off, &off, &ratio, &info, &lost, &outliers, &traced, &libs,
-                  &probes, &seq, &build_info}) {
+  for (auto* f : {&duration, &call_off, &off, &ratio, &info}) out.push_back(std::move(*f));
+  add_host_families(snap, out);
+  for (auto* f : {&lost, &outliers, &traced, &libs, &probes, &seq, &build_info}) {
     out.push_back(std::move(*f));
   }
   add_chain_families(snap, out);

@@ -1,6 +1,8 @@
 #include "cli/run.h"
 
 #include <csignal>
+#include <cstring>
+#include <ctime>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -23,10 +25,21 @@
 extern "C" {
 #include "bpf/cuda.h"
 #include "bpf/discovery.h"
+#include "bpf/host.h"
 }
 
 namespace stallwatch::cli {
 namespace {
+
+// Unix time of a bpf_ktime_get_ns() (CLOCK_MONOTONIC) timestamp.
+std::int64_t unix_ns_of_monotonic(std::uint64_t mono_ns) {
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  const std::int64_t now_mono = mono.tv_sec * 1000000000LL + mono.tv_nsec;
+  const std::int64_t now_real = real.tv_sec * 1000000000LL + real.tv_nsec;
+  return now_real - (now_mono - static_cast<std::int64_t>(mono_ns));
+}
 
 std::atomic<bool> g_stop{false};
 
@@ -98,8 +111,13 @@ int run_main(const std::vector<std::string>& args) {
     SW_LOG(kError) << tracer.error().message;
     return 1;
   }
+  trace::CallPrograms programs;
+  programs.enter = (*tracer)->call_enter_program();
+  programs.exit = (*tracer)->call_exit_program();
+  programs.nccl_enter = (*tracer)->nccl_enter_program();
+  programs.nccl_exit = (*tracer)->nccl_exit_program();
   trace::Discovery discovery(
-      (*tracer)->call_enter_program(), (*tracer)->call_exit_program(),
+      programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)});
   chains::OutlierSink outliers;
@@ -113,6 +131,17 @@ int run_main(const std::vector<std::string>& args) {
   size_t procs = discovery.scan_all();
   identity::CgroupResolver resolver(*mount);
   trace::Collector collector(**tracer, resolver, {o.max_cgroups});
+  (*tracer)->on_host_event([&](const host_event& e) {
+    if (e.kind != SW_HOST_OOM_KILL) return;
+    OomKill kill;
+    kill.pid = static_cast<int>(e.tgid);
+    kill.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+    kill.cuda = e.cuda != 0;
+    kill.at_ns = unix_ns_of_monotonic(e.ts_ns);
+    SW_LOG(kInfo) << "OOM kill: " << kill.comm << " (pid " << kill.pid << ")"
+                  << (kill.cuda ? ", a CUDA-issuing process" : "");
+    collector.add_oom_kill(e.cgroup_id, std::move(kill));
+  });
   auto counts = [&] {
     return trace::TraceCounts{outliers.total(), discovery.traced_processes(),
                               discovery.attached_libraries(), discovery.attached_probes()};

@@ -62,6 +62,87 @@ struct ProcessInfo {
   OffcpuTotals offcpu;        // of its CUDA-issuing threads, cumulative
 };
 
+// ---- Host-side evidence (issue 4): memory, block I/O, network, NCCL. All cumulative. ----
+
+// Time the series' tasks spent reclaiming memory (vmscan tracepoints).
+struct ReclaimTotals {
+  std::uint64_t direct_ns = 0;  // global direct reclaim (the node ran short)
+  std::uint64_t direct_count = 0;
+  std::uint64_t memcg_ns = 0;   // reclaim forced by the cgroup's own memory limit
+  std::uint64_t memcg_count = 0;
+  std::uint64_t cuda_ns = 0;    // part of the two above spent by CUDA-issuing threads
+
+  void add(const ReclaimTotals& o);
+};
+
+// A process of the series killed by the OOM killer (oom/mark_victim).
+struct OomKill {
+  int pid = 0;
+  std::string comm;
+  bool cuda = false;          // it was a CUDA-issuing process
+  std::int64_t at_ns = 0;     // unix time
+};
+
+// The cgroup's pressure stall information (cgroup v2 *.pressure files), as stall time.
+struct PressureTotals {
+  bool known = false;  // false where the file is missing (no PSI, cgroup v1 only)
+  std::uint64_t cpu_some_ns = 0;
+  std::uint64_t cpu_full_ns = 0;
+  std::uint64_t memory_some_ns = 0;
+  std::uint64_t memory_full_ns = 0;
+  std::uint64_t io_some_ns = 0;
+  std::uint64_t io_full_ns = 0;
+};
+
+// Block requests submitted by the series' tasks, from submission to completion.
+struct IoKey {
+  std::string device;  // kernel name, e.g. nvme0n1, vda, loop3; "MAJ:MIN" when unknown
+  std::string op;      // read, write, flush, discard, other
+  auto operator<=>(const IoKey&) const = default;
+};
+
+struct IoTotals {
+  std::uint64_t count = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t sum_ns = 0;
+  std::uint64_t max_ns = 0;
+  trace::KernelBuckets buckets{};
+
+  void add(const IoTotals& o);
+};
+
+// Block I/O of one process of the series (explain and the chain engine name the submitter).
+struct ProcessIo {
+  int pid = 0;
+  std::string comm;
+  IoKey key;
+  IoTotals totals;
+};
+
+// NCCL operations by op and the communicator's rank and size (-1: not learned yet).
+struct NcclKey {
+  std::uint32_t call_id = 0;  // trace/calls.h; the `op` label is the call's name
+  int rank = -1;
+  int world_size = -1;
+  auto operator<=>(const NcclKey&) const = default;
+};
+
+struct NcclTotals {
+  std::uint64_t count = 0;
+  std::uint64_t bytes = 0;  // count × element size as passed to the call
+  std::uint64_t sum_ns = 0;
+  std::uint64_t max_ns = 0;
+  trace::KernelBuckets buckets{};
+
+  void add(const NcclTotals& o);
+};
+
+struct ProcessNccl {
+  int pid = 0;
+  NcclKey key;
+  NcclTotals totals;
+};
+
 // Everything about one exported series of workloads (one cgroup, or the overflow fold).
 struct Series {
   identity::Identity identity;        // identity.cgroup is the `cgroup` label
@@ -72,6 +153,21 @@ struct Series {
   std::vector<ProcessCall> processes;
   std::map<int, ProcessInfo> process_info;  // by pid, live processes only
   std::vector<Preemptor> preemptors;  // top first by runnable_ns, at most 10
+
+  // Share of the CUDA-issuing threads' wall time, last window, spent blocked outside any CUDA
+  // call: the host making the GPU wait between steps (stallwatch_gpu_starvation_ratio).
+  double starvation_ratio = 0;
+  ReclaimTotals reclaim;
+  std::uint64_t oom_kills = 0;           // cumulative, CUDA-issuing and other processes
+  std::uint64_t oom_kills_cuda = 0;      // of which CUDA-issuing
+  std::vector<OomKill> oom_victims;      // the latest, at most 16, oldest first
+  PressureTotals pressure;
+  std::map<IoKey, IoTotals> io;
+  std::vector<ProcessIo> io_processes;   // live processes only
+  std::uint64_t tcp_retransmits_ipv4 = 0;
+  std::uint64_t tcp_retransmits_ipv6 = 0;
+  std::map<NcclKey, NcclTotals> nccl;
+  std::vector<ProcessNccl> nccl_processes;  // live processes only
 };
 
 // Label value of the series that holds cgroups past --max-cgroups.

@@ -21,7 +21,7 @@ Result<LinkPtr> attach_one(bpf_program* prog, const std::string& path, std::uint
                            std::uint32_t call_id, bool retprobe) {
   bpf_uprobe_opts opts{};
   opts.sz = sizeof(opts);
-  opts.bpf_cookie = call_id;
+  opts.bpf_cookie = cookie_of(call_id);
   opts.retprobe = retprobe;
   bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), offset, &opts);
   if (!link) {
@@ -35,9 +35,10 @@ Result<LinkPtr> attach_one(bpf_program* prog, const std::string& path, std::uint
 
 }  // namespace
 
-Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(bpf_program* enter,
-                                                             bpf_program* exit,
+Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms& programs,
                                                              const std::string& path, Api api) {
+  bpf_program* enter = api == Api::kNccl ? programs.nccl_enter : programs.enter;
+  bpf_program* exit = api == Api::kNccl ? programs.nccl_exit : programs.exit;
   auto symbols = read_function_symbols(path);
   if (!symbols) return symbols.error();
 

@@ -1,5 +1,6 @@
 // Uprobes on one library file: an entry and a return probe on every exported symbol that is a
-// traced call or a variant of one, the call id as bpf_cookie. Probes attach to the file (its
+// traced call or a variant of one, the call id as bpf_cookie
+// (trace::cookie_of: the call id, plus how NCCL probes read arguments). Probes attach to the file (its
 // inode), so every process that maps it is traced, including ones that map it later.
 // Destroying the object detaches; on 6.x kernels each detach waits for an RCU grace period
 // (about 110 ms here, serialised by the kernel), so callers destroy off hot threads.
@@ -23,6 +24,14 @@ struct LinkDeleter {
 };
 using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
 
+// The entry and return programs per api: NCCL calls get programs that also read arguments.
+struct CallPrograms {
+  bpf_program* enter = nullptr;
+  bpf_program* exit = nullptr;
+  bpf_program* nccl_enter = nullptr;
+  bpf_program* nccl_exit = nullptr;
+};
+
 class LibraryProbes {
  public:
   LibraryProbes() = default;
@@ -30,7 +39,7 @@ class LibraryProbes {
   LibraryProbes& operator=(const LibraryProbes&) = delete;
   // Attaches to `path` (a path this process can open). Fails only when nothing could be
   // attached; calls the library lacks are listed in missing_calls() (the caller warns once).
-  static Result<std::unique_ptr<LibraryProbes>> attach(bpf_program* enter, bpf_program* exit,
+  static Result<std::unique_ptr<LibraryProbes>> attach(const CallPrograms& programs,
                                                        const std::string& path, Api api);
 
   size_t probe_count() const { return links_.size(); }

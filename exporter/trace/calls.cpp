@@ -31,6 +31,30 @@ constexpr std::array kCalls = {
     CallInfo{"cuStreamSynchronize", Api::kDriver},
     CallInfo{"cuEventSynchronize", Api::kDriver},
     CallInfo{"cuGraphLaunch", Api::kDriver},
+    // NCCL (nccl.h of NCCL 2.2x): argument positions of the x86-64 calling convention. The
+    // 128-byte ncclUniqueId of the InitRank calls goes on the stack, so `rank` stays third.
+    CallInfo{"ncclAllReduce", Api::kNccl, {NcclKind::kOp, 3, 4, 6}},
+    CallInfo{"ncclAllGather", Api::kNccl, {NcclKind::kOp, 3, 4, 5}},
+    CallInfo{"ncclReduceScatter", Api::kNccl, {NcclKind::kOp, 3, 4, 6}},
+    CallInfo{"ncclBroadcast", Api::kNccl, {NcclKind::kOp, 3, 4, 6}},
+    CallInfo{"ncclBcast", Api::kNccl, {NcclKind::kOp, 2, 3, 5}},
+    CallInfo{"ncclReduce", Api::kNccl, {NcclKind::kOp, 3, 4, 7}},
+    CallInfo{"ncclAlltoAll", Api::kNccl, {NcclKind::kOp, 3, 4, 5}},
+    CallInfo{"ncclGather", Api::kNccl, {NcclKind::kOp, 3, 4, 6}},
+    CallInfo{"ncclScatter", Api::kNccl, {NcclKind::kOp, 3, 4, 6}},
+    CallInfo{"ncclSend", Api::kNccl, {NcclKind::kOp, 2, 3, 5}},
+    CallInfo{"ncclRecv", Api::kNccl, {NcclKind::kOp, 2, 3, 5}},
+    CallInfo{"ncclGroupStart", Api::kNccl},
+    CallInfo{"ncclGroupEnd", Api::kNccl},
+    CallInfo{"ncclCommInitRank", Api::kNccl, {NcclKind::kInitRank, 0, 0, 1}},
+    CallInfo{"ncclCommInitRankConfig", Api::kNccl, {NcclKind::kInitRank, 0, 0, 1}},
+    CallInfo{"ncclCommInitRankScalable", Api::kNccl, {NcclKind::kInitRank, 0, 0, 1}},
+    CallInfo{"ncclCommInitAll", Api::kNccl, {NcclKind::kInitAll, 0, 0, 1}},
+    CallInfo{"ncclCommSplit", Api::kNccl, {NcclKind::kSplit, 0, 0, 4}},
+    CallInfo{"ncclCommUserRank", Api::kNccl, {NcclKind::kUserRank, 0, 0, 1}},
+    CallInfo{"ncclCommCount", Api::kNccl, {NcclKind::kCount, 0, 0, 1}},
+    CallInfo{"ncclCommDestroy", Api::kNccl, {NcclKind::kDestroy, 0, 0, 1}},
+    CallInfo{"ncclCommAbort", Api::kNccl, {NcclKind::kDestroy, 0, 0, 1}},
 };
 
 // `name` is `stem` + ".so" + optional ".version", or an auditwheel copy
@@ -61,6 +85,21 @@ std::optional<Api> api_of_library(std::string_view file) {
 }
 
 std::span<const CallInfo> all_calls() { return kCalls; }
+
+std::uint64_t cookie_of(std::uint32_t call_id) {
+  std::uint64_t cookie = call_id;
+  if (call_id >= kCalls.size()) return cookie;
+  const NcclArgs& a = kCalls[call_id].nccl;
+  cookie |= static_cast<std::uint64_t>(a.count_arg & 0xf) << 32;
+  cookie |= static_cast<std::uint64_t>(a.dtype_arg & 0xf) << 36;
+  cookie |= static_cast<std::uint64_t>(a.comm_arg & 0xf) << 40;
+  cookie |= static_cast<std::uint64_t>(static_cast<unsigned>(a.kind) & 0xf) << 44;
+  return cookie;
+}
+
+bool is_nccl_op(std::uint32_t call_id) {
+  return call_id < kCalls.size() && kCalls[call_id].nccl.kind == NcclKind::kOp;
+}
 
 std::string_view api_name(Api api) {
   switch (api) {

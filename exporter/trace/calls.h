@@ -18,10 +18,36 @@ enum class Api : std::uint8_t { kRuntime, kDriver, kNccl };
 // libcudart_static.a, libcudadebugger.so.1, libnccl-net.so, libcublas.so.12, ...
 std::optional<Api> api_of_library(std::string_view file);
 
+// How nccl.bpf.c reads an NCCL call's arguments (ignored for the other apis).
+enum class NcclKind : std::uint8_t {
+  kNone,      // not NCCL, or nothing to read (ncclGroupStart/End)
+  kOp,        // a collective or point-to-point op: element count, data type, communicator
+  kInitRank,  // out-communicator, nranks, rank (ncclCommInitRank*, InitRankScalable)
+  kInitAll,   // out-array of communicators, ndev (ranks 0..ndev-1)
+  kSplit,     // out-communicator in argument 4; rank learnt later (UserRank/Count)
+  kUserRank,  // communicator, out-int rank
+  kCount,     // communicator, out-int size
+  kDestroy,   // communicator is gone
+};
+
+struct NcclArgs {
+  NcclKind kind = NcclKind::kNone;
+  std::uint8_t count_arg = 0;  // 1-based argument positions (x86-64 SysV; 7+ on the stack)
+  std::uint8_t dtype_arg = 0;
+  std::uint8_t comm_arg = 0;
+};
+
 struct CallInfo {
   std::string_view name;  // the `call` label: the base symbol name
   Api api;
+  NcclArgs nccl{};
 };
+
+// bpf_cookie of a call's probes: the call id in bits 0-31, then (NCCL only) count, dtype and
+// comm argument positions in bits 32-35, 36-39, 40-43 and the NcclKind in bits 44-47.
+std::uint64_t cookie_of(std::uint32_t call_id);
+// An NCCL op (kOp): a collective or send/recv, the calls of stallwatch_nccl_op_*.
+bool is_nccl_op(std::uint32_t call_id);
 
 std::span<const CallInfo> all_calls();
 std::string_view api_name(Api api);  // the `api` label: runtime, driver, nccl

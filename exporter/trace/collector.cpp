@@ -110,7 +110,9 @@ Collector::CgroupState& Collector::state_of(std::uint64_t cgroup_id) {
     label = kOverflowCgroup;
   }
   label_users_[label]++;
-  return cgroups_.emplace(cgroup_id, CgroupState{label, {}, {}, {}, false}).first->second;
+  CgroupState st;
+  st.label = label;
+  return cgroups_.emplace(cgroup_id, std::move(st)).first->second;
 }
 
 bool Collector::alive(int pid) {
@@ -222,11 +224,21 @@ void Collector::drop_vanished_cgroups() {
     }
     // Gone: its series disappears, unless its label is shared (overflow, or a cgroup
     // recreated under the same path), whose counters must not go backwards.
+    retire_cgroup_maps(it->first, st);
     if (--label_users_[st.label] > 0) {
       for (auto& [id, other] : cgroups_) {
         if (id == it->first || other.label != st.label) continue;
         for (const auto& [call, t] : st.retired_calls) other.retired_calls[call].add(t);
         other.retired_offcpu.add(st.retired_offcpu);
+        for (const auto& [k, t] : st.retired_io) other.retired_io[k].add(t);
+        for (const auto& [k, t] : st.retired_nccl) other.retired_nccl[k].add(t);
+        other.retired_reclaim.add(st.retired_reclaim);
+        other.retired_retransmits_ipv4 += st.retired_retransmits_ipv4;
+        other.retired_retransmits_ipv6 += st.retired_retransmits_ipv6;
+        other.oom_kills += st.oom_kills;
+        other.oom_kills_cuda += st.oom_kills_cuda;
+        other.oom_victims.insert(other.oom_victims.end(), st.oom_victims.begin(),
+                                 st.oom_victims.end());
         break;
       }
     } else {
@@ -249,6 +261,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   read_calls(series);
   read_offcpu(series);
   read_preemptors(series);
+  read_host(series);
   drop_vanished_cgroups();
   for (auto it = procs_.begin(); it != procs_.end();) {
     it = alive(it->first) ? std::next(it) : procs_.erase(it);
@@ -259,6 +272,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
     for (const auto& [call, t] : st.retired_calls) s.calls[call].add(t);
     s.offcpu.add(st.retired_offcpu);
   }
+  finish_host(series);
   for (auto& [label, s] : series) {
     s.identity = label == kOverflowCgroup ? identity::Identity{} : identity::parse_cgroup_path(label);
     s.identity.cgroup = label;

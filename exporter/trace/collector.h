@@ -10,9 +10,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/snapshot.h"
 #include "identity/cgroup_resolver.h"
@@ -39,6 +42,9 @@ class Collector {
   // The caller may fill the chain and store fields before publishing it as const.
   std::shared_ptr<Snapshot> collect(std::chrono::nanoseconds window, const TraceCounts& counts);
 
+  // An OOM kill reported by the kernel (host.bpf.c); thread-safe, taken by the next collect().
+  void add_oom_kill(std::uint64_t cgroup_id, OomKill kill);
+
  private:
   struct CgroupState {
     std::string label;
@@ -46,6 +52,16 @@ class Collector {
     OffcpuTotals retired_offcpu;
     std::map<int, Preemptor> retired_preemptors;  // of exited processes, by preemptor pid
     bool live = false;  // had map entries in this pass
+    // Host evidence (collector_host.cpp): retired = of exited processes or a vanished cgroup
+    // that shared this label; the per-cgroup maps are read whole each window.
+    std::map<IoKey, IoTotals> retired_io;
+    std::map<NcclKey, NcclTotals> retired_nccl;
+    ReclaimTotals retired_reclaim;
+    std::uint64_t retired_retransmits_ipv4 = 0;
+    std::uint64_t retired_retransmits_ipv6 = 0;
+    std::uint64_t oom_kills = 0;
+    std::uint64_t oom_kills_cuda = 0;
+    std::deque<OomKill> oom_victims;
   };
 
   CgroupState& state_of(std::uint64_t cgroup_id);
@@ -56,6 +72,16 @@ class Collector {
   void read_offcpu(std::map<std::string, Series>& out);
   void read_preemptors(std::map<std::string, Series>& out);
   void drop_vanished_cgroups();
+  // collector_host.cpp
+  void read_host(std::map<std::string, Series>& out);
+  void read_reclaim(std::map<std::string, Series>& out);
+  void read_io(std::map<std::string, Series>& out);
+  void read_retransmits(std::map<std::string, Series>& out);
+  void read_nccl(std::map<std::string, Series>& out);
+  void take_oom_kills();
+  void retire_cgroup_maps(std::uint64_t cgroup_id, CgroupState& into);
+  void finish_host(std::map<std::string, Series>& out);
+  const std::string& device_name(std::uint32_t major, std::uint32_t minor);
 
   const Tracer& tracer_;
   identity::CgroupResolver& resolver_;
@@ -65,6 +91,9 @@ class Collector {
   std::map<int, bool> alive_cache_;            // per pass
   std::map<int, ProcessInfo> procs_;           // comm and start time of live pids
   std::shared_ptr<const Snapshot> previous_;
+  std::map<std::uint64_t, std::string> devices_;  // (major << 32 | minor) → kernel name
+  std::mutex oom_mu_;
+  std::vector<std::pair<std::uint64_t, OomKill>> pending_ooms_;  // guarded by oom_mu_
 };
 
 }  // namespace stallwatch::trace

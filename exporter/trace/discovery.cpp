@@ -67,8 +67,8 @@ void Reaper::dispose(std::unique_ptr<LibraryProbes> probes) {
   cv_.notify_one();
 }
 
-Discovery::Discovery(bpf_program* enter, bpf_program* exit, DiscoveryOptions options)
-    : enter_(enter), exit_(exit), options_(options) {}
+Discovery::Discovery(CallPrograms programs, DiscoveryOptions options)
+    : programs_(programs), options_(options) {}
 
 bool Discovery::scan_process(int pid) {
   auto mapped = cuda_libraries_of(pid);
@@ -84,7 +84,7 @@ bool Discovery::scan_process(int pid) {
     auto it = libraries_.find(key);
     if (it == libraries_.end()) {
       if (failed_.count(key)) continue;
-      auto probes = LibraryProbes::attach(enter_, exit_, path, lib.api);
+      auto probes = LibraryProbes::attach(programs_, path, lib.api);
       if (!probes) {
         SW_LOG(kWarn) << "not tracing " << lib.path << " (pid " << pid
                       << "): " << probes.error().message;

@@ -53,7 +53,7 @@ class Reaper {
 
 class Discovery {
  public:
-  Discovery(bpf_program* enter, bpf_program* exit, DiscoveryOptions options);
+  Discovery(CallPrograms programs, DiscoveryOptions options);
 
   // Scans every process; returns the number of processes mapping a traced library.
   size_t scan_all();
@@ -88,8 +88,7 @@ class Discovery {
   void forget_process(int pid);
   void publish_counts();
 
-  bpf_program* enter_;
-  bpf_program* exit_;
+  CallPrograms programs_;
   DiscoveryOptions options_;
   std::map<FileKey, Library> libraries_;
   std::map<FileKey, std::string> failed_;  // attach failed; not retried for the same file

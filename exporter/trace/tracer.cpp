@@ -1,11 +1,13 @@
 #include "trace/tracer.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdarg>
@@ -17,6 +19,7 @@
 extern "C" {
 #include "bpf/cuda.h"
 #include "bpf/discovery.h"
+#include "bpf/host.h"
 #include "bpf/sched.h"
 #include "stallwatch.skel.h"
 }
@@ -27,9 +30,13 @@ namespace {
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   LogLevel ours = level == LIBBPF_WARN ? LogLevel::kWarn : LogLevel::kDebug;
   if (!log_enabled(ours)) return 0;
-  char buf[1024];
-  int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  std::string line(buf, n > 0 ? std::min<size_t>(n, sizeof(buf) - 1) : 0);
+  // Verifier logs arrive as one long message: size the buffer to it.
+  va_list again;
+  va_copy(again, args);
+  int n = vsnprintf(nullptr, 0, fmt, args);
+  std::string line(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) vsnprintf(line.data(), line.size() + 1, fmt, again);
+  va_end(again);
   while (!line.empty() && line.back() == '\n') line.pop_back();
   log_line(ours, "libbpf: " + line);
   return 0;
@@ -56,6 +63,43 @@ Error load_error(const char* what, int err) {
   return make_error(msg, err);
 }
 
+// A host hook: a tp_btf program, the tracepoint it needs and what it measures.
+using Progs = decltype(stallwatch_bpf::progs);
+using Links = decltype(stallwatch_bpf::links);
+
+struct HostHook {
+  bpf_program* Progs::*program;
+  bpf_link* Links::*link;
+  const char* tracepoint;
+  const char* measures;
+};
+
+constexpr HostHook kHostHooks[] = {
+    {&Progs::direct_reclaim_begin, &Links::direct_reclaim_begin,
+     "mm_vmscan_direct_reclaim_begin", "direct reclaim time"},
+    {&Progs::direct_reclaim_end, &Links::direct_reclaim_end,
+     "mm_vmscan_direct_reclaim_end", "direct reclaim time"},
+    {&Progs::memcg_reclaim_begin, &Links::memcg_reclaim_begin,
+     "mm_vmscan_memcg_reclaim_begin", "memcg reclaim time"},
+    {&Progs::memcg_reclaim_end, &Links::memcg_reclaim_end,
+     "mm_vmscan_memcg_reclaim_end", "memcg reclaim time"},
+    {&Progs::oom_mark_victim, &Links::oom_mark_victim,
+     "mark_victim", "OOM kills"},
+    {&Progs::block_io_start, &Links::block_io_start,
+     "block_io_start", "block I/O latency"},
+    {&Progs::block_io_done, &Links::block_io_done,
+     "block_io_done", "block I/O latency"},
+    {&Progs::tcp_retransmit_skb, &Links::tcp_retransmit_skb,
+     "tcp_retransmit_skb", "TCP retransmits"},
+};
+
+// Whether the running kernel has the raw tracepoint (its btf_trace_<name> type in vmlinux BTF).
+bool kernel_has_tracepoint(const btf* vmlinux, const char* name) {
+  if (!vmlinux) return true;  // cannot tell: let the load decide
+  std::string type = std::string("btf_trace_") + name;
+  return btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
@@ -64,6 +108,19 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
   t->skel_ = stallwatch_bpf__open();
   if (!t->skel_) return load_error("opening the BPF object failed", errno);
   t->skel_->rodata->outlier_threshold_ns = static_cast<__u64>(options.outlier_threshold.count());
+  // Host hooks whose tracepoint this kernel lacks are not loaded (their measure is missing,
+  // the rest works); probing BTF rather than comparing kernel versions.
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (libbpf_get_error(vmlinux)) vmlinux = nullptr;
+  for (const HostHook& h : kHostHooks) {
+    if (kernel_has_tracepoint(vmlinux, h.tracepoint)) continue;
+    bpf_program__set_autoload(t->skel_->progs.*h.program, false);
+    if (std::find(t->unavailable_.begin(), t->unavailable_.end(), h.measures) ==
+        t->unavailable_.end()) {
+      t->unavailable_.push_back(h.measures);
+    }
+  }
+  btf__free(vmlinux);
   if (int err = stallwatch_bpf__load(t->skel_)) {
     return load_error("loading the BPF programs into the kernel failed", -err);
   }
@@ -81,6 +138,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
         "needs CONFIG_FTRACE_SYSCALLS and tracefs at /sys/kernel/tracing",
         errno);
   }
+  t->attach_host_hooks();
   t->rings_ = ring_buffer__new(bpf_map__fd(t->skel_->maps.outliers), handle_outlier, t.get(),
                                nullptr);
   if (!t->rings_) return load_error("creating the outlier ring buffer failed", errno);
@@ -88,7 +146,32 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
                                  t.get())) {
     return load_error("adding the discovery ring buffer failed", -err);
   }
+  if (int err = ring_buffer__add(t->rings_, bpf_map__fd(t->skel_->maps.host_events),
+                                 handle_host_event, t.get())) {
+    return load_error("adding the host-event ring buffer failed", -err);
+  }
   return t;
+}
+
+void Tracer::attach_host_hooks() {
+  for (const HostHook& h : kHostHooks) {
+    bpf_program* prog = skel_->progs.*h.program;
+    if (!bpf_program__autoload(prog)) continue;
+    bpf_link* link = bpf_program__attach(prog);
+    if (!link) {
+      SW_LOG(kWarn) << "attaching tp_btf/" << h.tracepoint << " failed (" << std::strerror(errno)
+                    << "): " << h.measures << " will not be measured";
+      if (std::find(unavailable_.begin(), unavailable_.end(), h.measures) == unavailable_.end()) {
+        unavailable_.push_back(h.measures);
+      }
+      continue;
+    }
+    skel_->links.*h.link = link;
+  }
+  for (const auto& what : unavailable_) {
+    SW_LOG(kWarn) << "this kernel lacks the tracepoints for " << what
+                  << "; that evidence is missing from metrics and chains";
+  }
 }
 
 Tracer::~Tracer() {
@@ -100,8 +183,15 @@ int Tracer::call_map_fd() const { return bpf_map__fd(skel_->maps.cuda_call_durat
 int Tracer::offcpu_map_fd() const { return bpf_map__fd(skel_->maps.offcpu); }
 int Tracer::preemptors_map_fd() const { return bpf_map__fd(skel_->maps.preemptors); }
 int Tracer::lost_map_fd() const { return bpf_map__fd(skel_->maps.events_lost); }
+int Tracer::watched_map_fd() const { return bpf_map__fd(skel_->maps.watched_cgroups); }
+int Tracer::reclaim_map_fd() const { return bpf_map__fd(skel_->maps.memory_reclaim); }
+int Tracer::io_map_fd() const { return bpf_map__fd(skel_->maps.block_io_duration); }
+int Tracer::retransmit_map_fd() const { return bpf_map__fd(skel_->maps.tcp_retransmits); }
+int Tracer::nccl_map_fd() const { return bpf_map__fd(skel_->maps.nccl_op_duration); }
 bpf_program* Tracer::call_enter_program() const { return skel_->progs.cuda_enter; }
 bpf_program* Tracer::call_exit_program() const { return skel_->progs.cuda_exit; }
+bpf_program* Tracer::nccl_enter_program() const { return skel_->progs.nccl_enter; }
+bpf_program* Tracer::nccl_exit_program() const { return skel_->progs.nccl_exit; }
 
 int Tracer::handle_outlier(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);
@@ -115,6 +205,14 @@ int Tracer::handle_lib_map(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);
   if (size >= sizeof(lib_map_event) && self->lib_map_handler_) {
     self->lib_map_handler_(*static_cast<const lib_map_event*>(data));
+  }
+  return 0;
+}
+
+int Tracer::handle_host_event(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<Tracer*>(ctx);
+  if (size >= sizeof(host_event) && self->host_event_handler_) {
+    self->host_event_handler_(*static_cast<const host_event*>(data));
   }
   return 0;
 }

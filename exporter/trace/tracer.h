@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -18,6 +20,7 @@ struct bpf_program;
 struct bpf_link;
 struct outlier_event;
 struct lib_map_event;
+struct host_event;
 
 namespace stallwatch::trace {
 
@@ -29,6 +32,7 @@ class Tracer {
  public:
   using OutlierHandler = std::function<void(const outlier_event&)>;
   using LibMapHandler = std::function<void(const lib_map_event&)>;
+  using HostEventHandler = std::function<void(const host_event&)>;
 
   // Opens, loads and attaches; the error names what failed and how to fix it.
   static Result<std::unique_ptr<Tracer>> open(const TracerOptions& options);
@@ -40,11 +44,21 @@ class Tracer {
   int offcpu_map_fd() const;
   int preemptors_map_fd() const;
   int lost_map_fd() const;
+  int watched_map_fd() const;
+  int reclaim_map_fd() const;
+  int io_map_fd() const;
+  int retransmit_map_fd() const;
+  int nccl_map_fd() const;
   bpf_program* call_enter_program() const;
   bpf_program* call_exit_program() const;
+  bpf_program* nccl_enter_program() const;
+  bpf_program* nccl_exit_program() const;
+  // Host hooks this kernel lacks (named by what they measure), for `check` and the log.
+  const std::vector<std::string>& unavailable_hooks() const { return unavailable_; }
 
   void on_outlier(OutlierHandler h) { outlier_handler_ = std::move(h); }
   void on_lib_map(LibMapHandler h) { lib_map_handler_ = std::move(h); }
+  void on_host_event(HostEventHandler h) { host_event_handler_ = std::move(h); }
   // Delivers pending ring-buffer records to the handlers; waits at most timeout.
   Result<int> poll(std::chrono::milliseconds timeout);
 
@@ -52,11 +66,15 @@ class Tracer {
   Tracer() = default;
   static int handle_outlier(void* ctx, void* data, size_t size);
   static int handle_lib_map(void* ctx, void* data, size_t size);
+  static int handle_host_event(void* ctx, void* data, size_t size);
+  void attach_host_hooks();
 
   stallwatch_bpf* skel_ = nullptr;
   ring_buffer* rings_ = nullptr;
   OutlierHandler outlier_handler_;
   LibMapHandler lib_map_handler_;
+  HostEventHandler host_event_handler_;
+  std::vector<std::string> unavailable_;
 };
 
 // Sum of the per-CPU lost-event counters, by enum sw_lost_source.

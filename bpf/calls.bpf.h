@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/*
+ * The call-frame machinery shared by the CUDA (cuda.bpf.c) and NCCL (nccl.bpf.c) probes: an
+ * entry pushes a frame on the thread's task storage, sched.bpf.c adds off-CPU time to open
+ * frames, a return pops its frame into the per-(cgroup, call, process) histogram and, at or
+ * above outlier_threshold_ns, one ring-buffer record.
+ */
+#ifndef STALLWATCH_CALLS_BPF_H
+#define STALLWATCH_CALLS_BPF_H
+
+#include "maps.bpf.h"
+
+#ifdef SW_DEFINE_SHARED_MAPS
+const volatile __u64 outlier_threshold_ns = 1000000;
+#else
+extern const volatile __u64 outlier_threshold_ns;
+#endif
+
+static const struct call_stats zero_call_stats;
+
+/* The thread's state, created at its first call; adds a newly seen cgroup to watched_cgroups. */
+static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct thread_state *t;
+	__u64 cgroup_id;
+	__u8 one = 1;
+
+	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t) {
+		sw_count_lost(SW_LOST_THREAD_STATE);
+		return NULL;
+	}
+	if (!t->tgid) {
+		/* First call of this thread: it is on the CPU now. */
+		t->tgid = bpf_get_current_pid_tgid() >> 32;
+		t->on_since = now;
+	}
+	cgroup_id = bpf_get_current_cgroup_id();
+	if (t->cgroup_id != cgroup_id) {
+		t->cgroup_id = cgroup_id;
+		bpf_map_update_elem(&watched_cgroups, &cgroup_id, &one, BPF_ANY);
+	}
+	return t;
+}
+
+/* Pushes a frame for call_id; NULL when the call is not tracked. */
+static __always_inline struct call_frame *sw_call_enter(struct pt_regs *ctx, __u32 call_id)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct thread_state *t = sw_thread_for_call(now);
+	struct call_frame *f;
+	__u64 sp;
+	__u32 d;
+
+	if (!t)
+		return NULL;
+	d = t->depth;
+	sp = PT_REGS_SP(ctx);
+	if (d > 0) {
+		/*
+		 * The same entry seen twice: two probe sets on one function, e.g. while a detached
+		 * copy's probes are still being torn down, or one file reached through two inodes.
+		 * Count the call once; skip one of the two returns.
+		 */
+		f = &t->frames[(d - 1) & (SW_MAX_DEPTH - 1)];
+		if (f->sp == sp && f->call_id == call_id) {
+			t->unmatched++;
+			return NULL;
+		}
+	}
+	if (d >= SW_MAX_DEPTH) {
+		t->unmatched++;
+		sw_count_lost(SW_LOST_NESTING);
+		return NULL;
+	}
+	f = &t->frames[d & (SW_MAX_DEPTH - 1)];
+	f->start_ns = now;
+	f->sp = sp;
+	f->runnable_ns = 0;
+	f->blocked_ns = 0;
+	f->preemptions = 0;
+	f->call_id = call_id;
+	f->aux_ptr = 0;
+	f->aux_val = 0;
+	f->aux_i0 = 0;
+	f->aux_i1 = 0;
+	t->depth = d + 1;
+	return f;
+}
+
+/*
+ * Pops to the frame of call_id and returns it (its memory stays valid until the thread's next
+ * call); NULL when the entry was not seen. Frames above it belong to calls that never returned
+ * through their uretprobe (a longjmp or a C++ exception across the library); they are dropped.
+ */
+static __always_inline struct call_frame *sw_call_exit(struct thread_state *t, __u32 call_id)
+{
+	__u32 d;
+
+	if (!t || !t->depth)
+		return NULL; /* entry happened before we attached */
+	if (t->unmatched) {
+		t->unmatched--;
+		return NULL;
+	}
+	for (int i = 0; i < SW_MAX_DEPTH; i++) {
+		d = t->depth;
+		if (!d)
+			return NULL;
+		d = (d - 1) & (SW_MAX_DEPTH - 1);
+		t->depth = d;
+		if (t->frames[d].call_id == call_id)
+			return &t->frames[d];
+	}
+	return NULL;
+}
+
+/* Adds a finished call to its histogram; an outlier also goes to the ring buffer. */
+static __always_inline void sw_record_call(struct thread_state *t, struct call_frame *f, __u64 now)
+{
+	struct call_key key = {};
+	struct call_stats *s;
+	struct outlier_event *e;
+	__u64 dur = now - f->start_ns;
+
+	key.cgroup_id = t->cgroup_id;
+	key.call_id = f->call_id;
+	key.tgid = t->tgid;
+	s = sw_lookup_or_init(&cuda_call_duration, &key, &zero_call_stats, SW_LOST_CALL_MAP);
+	if (s) {
+		__sync_fetch_and_add(&s->count, 1);
+		__sync_fetch_and_add(&s->sum_ns, dur);
+		if (f->runnable_ns)
+			__sync_fetch_and_add(&s->runnable_ns, f->runnable_ns);
+		if (f->blocked_ns)
+			__sync_fetch_and_add(&s->blocked_ns, f->blocked_ns);
+		__sync_fetch_and_add(&s->buckets[sw_bucket_of_ns(dur)], 1);
+		if (dur > s->max_ns)
+			s->max_ns = dur; /* racy by design: a lost maximum is corrected by the next */
+	}
+	if (dur < outlier_threshold_ns)
+		return;
+	e = bpf_ringbuf_reserve(&outliers, sizeof(*e), 0);
+	if (!e) {
+		sw_count_lost(SW_LOST_OUTLIER_RINGBUF);
+		return;
+	}
+	e->ts_ns = now;
+	e->cgroup_id = key.cgroup_id;
+	e->duration_ns = dur;
+	e->runnable_ns = f->runnable_ns;
+	e->blocked_ns = f->blocked_ns;
+	e->tgid = t->tgid;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->call_id = f->call_id;
+	e->preemptions = f->preemptions;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	bpf_ringbuf_submit(e, 0);
+}
+
+#endif /* STALLWATCH_CALLS_BPF_H */

@@ -1,0 +1,255 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause
+/*
+ * NCCL calls: the same frames as CUDA calls (so NCCL ops are timed and joined to off-CPU time
+ * like any call), plus what only NCCL has: bytes per op and the communicator's rank and size.
+ *
+ * The bpf_cookie carries the call id (bits 0-31) and how to read the call's arguments (bits
+ * 32-47, see exporter/trace/calls.h): argument positions of count, data type and communicator,
+ * and the kind of call. Communicator setup calls (ncclCommInitRank*, InitAll, Split, UserRank,
+ * Count) fill nccl_comms at their return; ops look their communicator up there.
+ */
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "calls.bpf.h"
+#include "host.h"
+
+/* Kinds of exporter/trace/calls.h NcclKind. */
+#define SW_NCCL_NONE 0
+#define SW_NCCL_OP 1
+#define SW_NCCL_INIT_RANK 2
+#define SW_NCCL_INIT_ALL 3
+#define SW_NCCL_SPLIT 4
+#define SW_NCCL_USER_RANK 5
+#define SW_NCCL_COUNT 6
+#define SW_NCCL_DESTROY 7
+
+#define SW_NCCL_MAX_INIT_ALL 16
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384);
+	__type(key, struct nccl_key);
+	__type(value, struct nccl_stats);
+} nccl_op_duration SEC(".maps");
+
+/* LRU: communicators of processes that exit without ncclCommDestroy age out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct nccl_comm_key);
+	__type(value, struct nccl_comm_info);
+} nccl_comms SEC(".maps");
+
+static const struct nccl_stats zero_nccl_stats;
+
+/*
+ * The probed function's arguments 1..7 (x86-64 SysV or arm64 AAPCS) into args[1..7]. Loaded
+ * one by one behind a compiler barrier: indexing pt_regs by a variable compiles to pointer
+ * arithmetic on ctx, which the verifier rejects.
+ */
+static __always_inline void load_args(struct pt_regs *ctx, __u64 args[8])
+{
+	args[0] = 0;
+	args[1] = PT_REGS_PARM1(ctx);
+	args[2] = PT_REGS_PARM2(ctx);
+	args[3] = PT_REGS_PARM3(ctx);
+	args[4] = PT_REGS_PARM4(ctx);
+	args[5] = PT_REGS_PARM5(ctx);
+#if defined(__TARGET_ARCH_x86)
+	args[6] = ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
+	args[7] = 0;
+	/* The seventh is on the stack above the return address at entry. */
+	bpf_probe_read_user(&args[7], sizeof(args[7]), (void *)(PT_REGS_SP(ctx) + 8));
+#else
+	args[6] = ((const struct user_pt_regs *)ctx)->regs[5];
+	args[7] = ((const struct user_pt_regs *)ctx)->regs[6];
+#endif
+	asm volatile("" ::: "memory");
+}
+
+/* Size of ncclDataType_t values 0..11 (nccl.h); 0 for unknown types. */
+static __always_inline __u64 dtype_size(__u64 dtype)
+{
+	switch (dtype) {
+	case 0: /* ncclInt8 */
+	case 1: /* ncclUint8 */
+	case 10: /* ncclFloat8e4m3 */
+	case 11: /* ncclFloat8e5m2 */
+		return 1;
+	case 6: /* ncclFloat16 */
+	case 9: /* ncclBfloat16 */
+		return 2;
+	case 2: /* ncclInt32 */
+	case 3: /* ncclUint32 */
+	case 7: /* ncclFloat32 */
+		return 4;
+	case 4: /* ncclInt64 */
+	case 5: /* ncclUint64 */
+	case 8: /* ncclFloat64 */
+		return 8;
+	}
+	return 0;
+}
+
+static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 world_size)
+{
+	struct nccl_comm_key key = {};
+	struct nccl_comm_info info = {};
+
+	if (!comm)
+		return;
+	key.comm = comm;
+	key.tgid = tgid;
+	info.rank = rank;
+	info.world_size = world_size;
+	bpf_map_update_elem(&nccl_comms, &key, &info, BPF_ANY);
+}
+
+SEC("uprobe")
+int nccl_enter(struct pt_regs *ctx)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 kind = (cookie >> 44) & 0xf;
+	__u32 comm_arg = (cookie >> 40) & 0xf;
+	struct nccl_comm_key key = {};
+	struct call_frame *f;
+	__u64 args[8];
+
+	if (kind == SW_NCCL_NONE) {
+		sw_call_enter(ctx, (__u32)cookie);
+		return 0;
+	}
+	load_args(ctx, args);
+	if (kind == SW_NCCL_DESTROY) {
+		key.comm = args[comm_arg & 7];
+		key.tgid = bpf_get_current_pid_tgid() >> 32;
+		bpf_map_delete_elem(&nccl_comms, &key);
+	}
+	f = sw_call_enter(ctx, (__u32)cookie);
+	if (!f)
+		return 0;
+	switch (kind) {
+	case SW_NCCL_OP:
+		f->aux_ptr = args[comm_arg & 7];
+		f->aux_val = args[(cookie >> 32) & 7] * dtype_size(args[(cookie >> 36) & 7]);
+		break;
+	case SW_NCCL_INIT_RANK: /* (ncclComm_t *out, int nranks, [id,] int rank, ...) */
+		f->aux_ptr = args[1];
+		f->aux_i1 = (__s32)args[2];
+		f->aux_i0 = (__s32)args[3];
+		break;
+	case SW_NCCL_INIT_ALL: /* (ncclComm_t *out, int ndev, const int *devlist) */
+		f->aux_ptr = args[1];
+		f->aux_i1 = (__s32)args[2];
+		break;
+	case SW_NCCL_SPLIT: /* (comm, color, key, ncclComm_t *newcomm, config) */
+		f->aux_ptr = args[comm_arg & 7];
+		break;
+	case SW_NCCL_USER_RANK: /* (comm, int *out) */
+	case SW_NCCL_COUNT:
+		f->aux_ptr = args[1];
+		f->aux_val = args[2];
+		break;
+	}
+	return 0;
+}
+
+static __always_inline void record_op(struct thread_state *t, struct call_frame *f, __u64 now)
+{
+	struct nccl_comm_key ckey = {};
+	struct nccl_comm_info *info;
+	struct nccl_key key = {};
+	struct nccl_stats *s;
+	__u64 dur = now - f->start_ns;
+
+	ckey.comm = f->aux_ptr;
+	ckey.tgid = t->tgid;
+	info = bpf_map_lookup_elem(&nccl_comms, &ckey);
+	key.cgroup_id = t->cgroup_id;
+	key.tgid = t->tgid;
+	key.call_id = f->call_id;
+	key.rank = info ? info->rank : -1;
+	key.world_size = info ? info->world_size : -1;
+	s = sw_lookup_or_init(&nccl_op_duration, &key, &zero_nccl_stats, SW_LOST_HOST_MAP);
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->count, 1);
+	__sync_fetch_and_add(&s->bytes, f->aux_val);
+	__sync_fetch_and_add(&s->sum_ns, dur);
+	__sync_fetch_and_add(&s->buckets[sw_bucket_of_ns(dur)], 1);
+	if (dur > s->max_ns)
+		s->max_ns = dur;
+}
+
+/* At a setup call's successful return: what it wrote to its out-arguments. */
+static __always_inline void learn_comm(struct thread_state *t, struct call_frame *f, __u32 kind)
+{
+	struct nccl_comm_key key = {};
+	struct nccl_comm_info *info, fresh = {-1, -1};
+	__u64 comm = 0;
+	__s32 value = 0;
+
+	switch (kind) {
+	case SW_NCCL_INIT_RANK:
+	case SW_NCCL_SPLIT:
+		bpf_probe_read_user(&comm, sizeof(comm), (void *)f->aux_ptr);
+		if (kind == SW_NCCL_INIT_RANK)
+			set_comm(t->tgid, comm, f->aux_i0, f->aux_i1);
+		else
+			set_comm(t->tgid, comm, -1, -1); /* rank and size come with UserRank/Count */
+		return;
+	case SW_NCCL_INIT_ALL:
+		for (int i = 0; i < SW_NCCL_MAX_INIT_ALL; i++) {
+			if (i >= f->aux_i1)
+				break;
+			comm = 0;
+			bpf_probe_read_user(&comm, sizeof(comm), (void *)(f->aux_ptr + i * 8));
+			set_comm(t->tgid, comm, i, f->aux_i1);
+		}
+		return;
+	case SW_NCCL_USER_RANK:
+	case SW_NCCL_COUNT:
+		if (bpf_probe_read_user(&value, sizeof(value), (void *)f->aux_val))
+			return;
+		key.comm = f->aux_ptr;
+		key.tgid = t->tgid;
+		info = bpf_map_lookup_elem(&nccl_comms, &key);
+		if (!info) {
+			bpf_map_update_elem(&nccl_comms, &key, &fresh, BPF_NOEXIST);
+			info = bpf_map_lookup_elem(&nccl_comms, &key);
+			if (!info)
+				return;
+		}
+		if (kind == SW_NCCL_USER_RANK)
+			info->rank = value;
+		else
+			info->world_size = value;
+		return;
+	}
+}
+
+SEC("uretprobe")
+int nccl_exit(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 kind = (cookie >> 44) & 0xf;
+	struct thread_state *t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	struct call_frame *f = sw_call_exit(t, (__u32)cookie);
+
+	if (!f || !t)
+		return 0;
+	sw_record_call(t, f, now);
+	if (kind == SW_NCCL_OP)
+		record_op(t, f, now);
+	else if (kind >= SW_NCCL_INIT_RANK && kind <= SW_NCCL_COUNT && (int)PT_REGS_RC(ctx) == 0)
+		learn_comm(t, f, kind); /* ncclSuccess only: a failed init wrote nothing */
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
