@@ -7,11 +7,12 @@
 #  2. daemon cost: its CPU (utime+stime, % of one core), RSS, lost events and calls counted while
 #     call_loop paces RATES calls/s (over RATE_THREADS threads) for RATE_SECONDS each, and idle;
 #  3. BPF program run time (kernel.bpf_stats_enabled) per run: sched_switch/sched_wakeup under a
-#     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair;
+#     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair,
+#     block_io_start/done under O_DIRECT reads from an unwatched and from a watched cgroup;
 #  4. engine and store (user space only, bench/engine_bench): ring-buffer records/s through the
 #     chain engine, Engine::observe per window, store rows/s and MiB/hour, explain over 24 h.
 # Writes bench/results/latest.json and prints a table. Knobs (environment): ROUNDS, CALLS,
-# RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, PORT, BUILD, JOBS, OUT,
+# RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, IO_READS, PORT, BUILD, JOBS, OUT,
 # ENGINE_REPS, ENGINE_CPU, ENGINE_DIR, and ONLY=engine: part 4 alone, without root; it replaces
 # only the "engine" key of OUT (creating OUT when missing).
 set -euo pipefail
@@ -25,6 +26,7 @@ RATE_SECONDS="${RATE_SECONDS:-10}"
 RATE_THREADS="${RATE_THREADS:-$(nproc)}"
 IDLE_SECONDS="${IDLE_SECONDS:-5}"
 PINGPONG_SECONDS="${PINGPONG_SECONDS:-5}"
+IO_READS="${IO_READS:-20000}"
 PORT="${PORT:-19464}"
 JOBS="${JOBS:-1}"
 OUT="${OUT:-$ROOT/bench/results/latest.json}"
@@ -376,6 +378,27 @@ stat_phase pingpong_traced "$BUILD/bench/pingpong" --seconds "$PINGPONG_SECONDS"
 start_loader
 stat_phase call_loop "$CALL_LOOP" "$LIB" --calls "$CALLS"
 stop_loader
+# Host hooks: block_io_start/done under IO_READS O_DIRECT 4 KiB reads by a process of a cgroup
+# without CUDA threads (one map lookup, then return), then of a watched one (a call_loop ran
+# there first). Reclaim, OOM and retransmit hooks follow the same pattern and fire far less.
+CG2=$(findmnt -n -t cgroup2 -o TARGET | head -n1)
+IO_FILE="$WORK/io.bin"
+dd if=/dev/zero of="$IO_FILE" bs=1M count=64 oflag=direct status=none
+io_load() { # CGROUP_DIR [LIB]: joins the cgroup, optionally makes CUDA calls, reads; prints JSON
+  (
+    echo $BASHPID >"$1/cgroup.procs"
+    [[ -n ${2:-} ]] && "$CALL_LOOP" "$2" --calls 1000 >/dev/null
+    dd if="$IO_FILE" of=/dev/null bs=4k count="$IO_READS" iflag=direct status=none
+  )
+  echo "{\"reads\": $IO_READS}"
+}
+for cg in io_untraced io_traced; do
+  rmdir "$CG2/stallwatch_bench_$cg" 2>/dev/null || true
+  mkdir "$CG2/stallwatch_bench_$cg"
+done
+stat_phase io_untraced io_load "$CG2/stallwatch_bench_io_untraced"
+stat_phase io_traced io_load "$CG2/stallwatch_bench_io_traced" "$LIB"
+rmdir "$CG2/stallwatch_bench_io_untraced" "$CG2/stallwatch_bench_io_traced" 2>/dev/null || true
 sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
 STATS_WAS=
 stop_daemon

@@ -111,6 +111,44 @@ CheckItem tp_btf_check() {
           "boot a kernel with tp_btf support (Linux >= 5.5, CONFIG_DEBUG_INFO_BTF=y)"};
 }
 
+// The host-side evidence (memory, block I/O, TCP) needs these tracepoints and PSI; each missing
+// one costs only its evidence, so this warns and never fails.
+CheckItem host_hooks_check() {
+  const libbpf_print_fn_t previous = libbpf_set_print(quiet_libbpf);
+  btf* vmlinux = btf__load_vmlinux_btf();
+  libbpf_set_print(previous);
+  struct Hook {
+    const char* tracepoint;
+    const char* measures;
+  };
+  static constexpr Hook kHooks[] = {
+      {"mm_vmscan_direct_reclaim_begin", "direct reclaim"},
+      {"mm_vmscan_memcg_reclaim_begin", "memcg reclaim"},
+      {"mark_victim", "OOM kills"},
+      {"block_io_start", "block I/O latency (Linux >= 6.5)"},
+      {"tcp_retransmit_skb", "TCP retransmits"},
+  };
+  std::vector<std::string> missing;
+  for (const Hook& h : kHooks) {
+    const std::string type = std::string("btf_trace_") + h.tracepoint;
+    if (!vmlinux || btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) < 0) {
+      missing.push_back(h.measures);
+    }
+  }
+  btf__free(vmlinux);
+  const bool psi = !trim(read_file("/proc/pressure/memory")).empty();
+  if (missing.empty() && psi) {
+    return {"host_hooks", Status::kOk,
+            "reclaim, OOM, block I/O and TCP retransmit tracepoints present; PSI available", ""};
+  }
+  std::string detail = "missing:";
+  for (const std::string& m : missing) detail += " " + m + ",";
+  if (!psi) detail += " PSI (/proc/pressure),";
+  detail.pop_back();
+  return {"host_hooks", Status::kWarn, detail + " (that evidence is left out; the rest works)",
+          psi ? "" : "boot with psi=1 (CONFIG_PSI=y) for pressure stall metrics"};
+}
+
 CheckItem uprobes_check() {
   const std::string type = trim(read_file("/sys/bus/event_source/devices/uprobe/type"));
   if (type.empty()) {
@@ -294,6 +332,7 @@ CheckReport run_checks() {
   r.items.insert(r.items.end(), preflight.begin(), preflight.begin() + 4);  // btf .. uprobes
   r.items.push_back(tracefs_check());
   r.items.push_back(preflight[4]);  // cgroup
+  r.items.push_back(host_hooks_check());
   r.items.push_back(memlock_check());
   r.items.push_back(cuda_libraries_check(r.libraries));
   return r;
