@@ -110,4 +110,97 @@ std::string advise_gpu_contention(const Chain& c) {
   return out;
 }
 
+std::string advise_memory_pressure(const Chain& c) {
+  std::string out;
+  const std::string& cg = c.identity.cgroup;
+  const bool memcg = c.evidence_value("memcg_reclaim_s") >= c.evidence_value("direct_reclaim_s");
+  const bool oom = c.evidence_value("oom_kills") > 0;
+  if (oom) {
+    out += line("journalctl -k | grep -iE 'out of memory|oom-kill'",
+                "what the kernel killed, at which usage and limit");
+  }
+  if (memcg || oom) {
+    const std::string unit = last_component(cg);
+    if (in_kubepods(cg)) {
+      out += line("resources: {requests: {memory: \"<more>\"}, limits: {memory: \"<more>\"}}",
+                  "the container reclaims (or is killed) at its memory limit: raise it");
+    } else if (unit.ends_with(".service") || unit.ends_with(".scope")) {
+      out += line("systemctl set-property " + unit + " MemoryMax=<more> MemoryHigh=<more>",
+                  "the unit reclaims (or is killed) at its memory limit: raise it");
+    } else {
+      out += line("cat /sys/fs/cgroup" + cg + "/memory.max /sys/fs/cgroup" + cg +
+                      "/memory.stat",
+                  "the cgroup reclaims at its limit: raise memory.max or shrink the job");
+    }
+  }
+  if (!memcg) {
+    out += "# the node itself ran short (direct reclaim): check free -g and vmstat 1; move other "
+           "memory-hungry workloads away or add memory\n";
+  }
+  out += line("DataLoader(num_workers=<fewer>, prefetch_factor=2)",
+              "every worker holds prefetch_factor batches and its own copy of the dataset object");
+  out += "# pin_memory=True page-locks every prefetched batch: it cannot be reclaimed or swapped\n";
+  out += "# keep the Dataset in numpy arrays or memory-mapped files, not Python lists of objects "
+         "(reference counts make every worker copy them)\n";
+  return out;
+}
+
+std::string advise_io_stall(const Chain& c, const std::string& device) {
+  std::string out;
+  out += line("DataLoader(num_workers=<more>, prefetch_factor=4, persistent_workers=True)",
+              "more reads in flight hide the storage latency from the training loop");
+  if (!device.empty()) {
+    out += line("iostat -x 1 " + device,
+                "is " + device + " saturated (%util, aqu-sz) or just slow (r_await)?");
+  }
+  out += "# copy the dataset to local NVMe first, or keep it in the page cache "
+         "(vmtouch -t DATASET_DIR); read-ahead large sequential shards (WebDataset, "
+         "TFRecord) instead of many small files\n";
+  if (in_kubepods(c.identity.cgroup)) {
+    out += "# in Kubernetes: a local-NVMe emptyDir or hostPath cache instead of network "
+           "storage for the dataset\n";
+  }
+  out += line("ionice -c3 -p <PID>",
+              "lower the I/O priority of other processes that read or write the same device");
+  return out;
+}
+
+std::string advise_network_retransmit(const Chain& c) {
+  std::string out;
+  out += line("ethtool -S <iface> | grep -iE 'err|drop|discard|crc'",
+              "NIC and link errors that cause the retransmits");
+  out += line("ss -ti state established", "which connections retransmit (retrans:, rto:)");
+  out += line("ip link show <iface>",
+              "MTU must match along the path, switch ports included (jumbo frames)");
+  if (c.api == "nccl") {
+    out += line("NCCL_SOCKET_IFNAME=<fast iface> NCCL_DEBUG=INFO",
+                "keep NCCL on the data-plane network and see which transport it chose");
+    out += line("NCCL_IB_HCA=<mlx5_0,...>",
+                "use RDMA (InfiniBand/RoCE) where the hosts have it instead of TCP sockets");
+  } else {
+    out += "# the retransmits of this workload coincide with slower synchronisation: check what "
+           "it waits for over the network (parameter server, remote storage, data service)\n";
+  }
+  return out;
+}
+
+std::string advise_nccl_straggler(const Chain& c) {
+  std::string out;
+  const std::string pid = std::to_string(c.pid);
+  out += line("stallwatch explain --per-process --since 15m",
+              "other chains on PID " + pid + " (cpu_contention, memory_pressure) are its host cause");
+  if (c.evidence_value("op_runnable_share") >= 0.1) {
+    out += line("taskset -acp <cores of its GPU's NUMA node> " + pid,
+                "the rank waits for a CPU inside NCCL calls");
+  }
+  out += line("nvidia-smi topo -m",
+              "is this rank's GPU on the far NUMA node or behind another PCIe switch than its NIC?");
+  out += line("numactl --cpunodebind=<node> --membind=<node>",
+              "start each rank on its GPU's NUMA node (torchrun: one launcher per node or a wrapper)");
+  out += line("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
+              "which NIC and transport each rank chose; set CUDA_VISIBLE_DEVICES / NCCL_IB_HCA so "
+              "every rank uses the NIC next to its GPU");
+  return out;
+}
+
 }  // namespace stallwatch::chains

@@ -14,5 +14,10 @@ std::string advise_alloc_spike(const Chain& c);
 std::string advise_cold_start(const Chain& c);
 std::string advise_memcpy_bound(const Chain& c);
 std::string advise_gpu_contention(const Chain& c);
+std::string advise_memory_pressure(const Chain& c);
+// `device`: the busiest block device of the workload ("" when unknown).
+std::string advise_io_stall(const Chain& c, const std::string& device);
+std::string advise_network_retransmit(const Chain& c);
+std::string advise_nccl_straggler(const Chain& c);
 
 }  // namespace stallwatch::chains

@@ -22,15 +22,19 @@ double median(std::vector<double> v) {
 double Baseline::median_p50() const { return median(p50); }
 double Baseline::median_p99() const { return median(p99); }
 double Baseline::median_calls() const { return median(calls); }
+double Baseline::median_mean() const { return median(mean); }
 
-void Baseline::push(double p50_s, double p99_s, double calls_per_window, size_t cap) {
+void Baseline::push(double p50_s, double p99_s, double calls_per_window, size_t cap,
+                    double mean_s) {
   p50.push_back(p50_s);
   p99.push_back(p99_s);
   calls.push_back(calls_per_window);
+  mean.push_back(mean_s);
   if (p50.size() > cap) {
     p50.erase(p50.begin());
     p99.erase(p99.begin());
     calls.erase(calls.begin());
+    mean.erase(mean.begin());
   }
 }
 
@@ -48,7 +52,8 @@ const Baseline* Engine::baseline(const std::string& cgroup, int pid, std::uint32
 }
 
 // Healthy windows only: a process with a finding or an open chain keeps its baseline frozen,
-// so the incident never becomes the new normal.
+// so the incident never becomes the new normal. A finding or chain about a cgroup (pid 0:
+// memory_pressure, io_stall, network_retransmit) freezes every process of that cgroup.
 void Engine::update_baselines(const WindowView& view, const std::vector<Finding>& findings) {
   std::set<std::pair<std::string, int>> frozen;
   for (const auto& f : findings) frozen.insert({f.chain.identity.cgroup, f.chain.pid});
@@ -57,14 +62,15 @@ void Engine::update_baselines(const WindowView& view, const std::vector<Finding>
   }
   const Thresholds& th = options_.thresholds;
   for (const auto& p : view.processes) {
-    if (frozen.count({p.cgroup, p.pid})) continue;
+    if (frozen.count({p.cgroup, p.pid}) || frozen.count({p.cgroup, 0})) continue;
     for (const auto& [id, t] : p.calls) {
       if (t.count < th.min_calls) continue;
       double p50 = trace::quantile_seconds(t.buckets, 0.50, t.max_ns);
       double p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
       const double n = static_cast<double>(t.count);
-      baselines_[{p.cgroup, p.pid, id}].push(p50, p99, n, th.baseline_windows);
-      baselines_[{p.cgroup, 0, id}].push(p50, p99, n, th.baseline_windows);
+      const double mean = static_cast<double>(t.sum_ns) / 1e9 / n;
+      baselines_[{p.cgroup, p.pid, id}].push(p50, p99, n, th.baseline_windows, mean);
+      baselines_[{p.cgroup, 0, id}].push(p50, p99, n, th.baseline_windows, mean);
     }
   }
 }

@@ -47,6 +47,33 @@ struct Thresholds {
   // gpu_contention: sync p99 against baseline with other CUDA processes active and no host
   // cause (call runnable share below cpu_call_share / 2).
   double gpu_ratio = 3;
+  // memory_pressure: reclaim time of the series' tasks, or PSI memory `some` stall time, as a
+  // share of the window; the CUDA threads' own reclaim share that raises severity one step; how
+  // many windows an OOM kill keeps its severity.
+  double mem_reclaim_share = 0.05;
+  double mem_reclaim_high_share = 0.25;
+  double mem_psi_share = 0.10;
+  double mem_psi_high_share = 0.40;
+  double mem_cuda_reclaim_share = 0.05;
+  int oom_hold_windows = 6;
+  // io_stall: starvation ratio of the CUDA threads, and how busy or slow the series' block I/O
+  // must be: Σ request time / window, or p99 with a smaller busy share.
+  double io_starvation = 0.20;
+  double io_starvation_high = 0.40;
+  double io_busy_share = 0.20;
+  double io_slow_p99_s = 0.020;
+  double io_slow_busy_share = 0.05;
+  // network_retransmit: retransmits in the window (at least this many, and this rate), the
+  // rate that makes it high, and the inflation of a sync or NCCL call against its baseline.
+  std::uint64_t net_min_retransmits = 10;
+  double net_retransmits_per_s = 1;
+  double net_high_per_s = 100;
+  double net_p99_ratio = 3;
+  double net_nccl_mean_ratio = 2;
+  // nccl_straggler: one local rank's mean op time against the median of its peers'.
+  double nccl_ratio = 3;
+  double nccl_critical_ratio = 10;
+  double nccl_min_excess_s = 0.005;
 };
 
 struct EngineOptions {
@@ -54,16 +81,18 @@ struct EngineOptions {
   int host_cpus = 0;  // for recommendations (taskset ranges); 0 = unknown
 };
 
-// Per (cgroup, process, call): recent healthy p50/p99.
+// Per (cgroup, process, call): recent healthy p50/p99/mean.
 struct Baseline {
   std::vector<double> p50;  // ring, oldest first
   std::vector<double> p99;
   std::vector<double> calls;  // calls per window
+  std::vector<double> mean;   // mean call time per window
   bool known(size_t min_windows) const { return p99.size() >= min_windows; }
   double median_p50() const;
   double median_p99() const;
   double median_calls() const;
-  void push(double p50_s, double p99_s, double calls_per_window, size_t cap);
+  double median_mean() const;
+  void push(double p50_s, double p99_s, double calls_per_window, size_t cap, double mean_s = 0);
 };
 
 // What a rule found in one window for one (kind, cgroup, pid): the chain's content.
@@ -119,6 +148,13 @@ class Engine {
   };
   std::map<int, ColdPending> cold_;               // by pid
   std::map<std::pair<std::string, int>, std::vector<std::int64_t>> alloc_spikes_;  // window ends
+  struct OomMemory {
+    std::uint64_t window = 0;  // window_index_ of the latest kill
+    bool cuda = false;         // a CUDA-issuing process was among the victims
+    std::uint64_t kills = 0;   // since the first of this run of kills
+    std::vector<OomKill> victims;  // the latest, at most 16
+  };
+  std::map<std::string, OomMemory> ooms_;  // by cgroup, while within oom_hold_windows
   std::uint64_t window_index_ = 0;
 };
 

@@ -75,4 +75,11 @@ std::string times(double ratio) {
   return sig3(ratio) + "x";
 }
 
+std::string human_bytes(double b) {
+  if (b < 1024) return fmt("%.0f B", b);
+  if (b < 1024.0 * 1024) return short_number(b / 1024) + " KiB";
+  if (b < 1024.0 * 1024 * 1024) return short_number(b / 1024 / 1024) + " MiB";
+  return short_number(b / 1024 / 1024 / 1024) + " GiB";
+}
+
 }  // namespace stallwatch::chains

@@ -6,103 +6,11 @@
 
 #include "chains/advice.h"
 #include "chains/format.h"
+#include "chains/rule_helpers.h"
 #include "trace/calls.h"
 #include "trace/histogram.h"
 
 namespace stallwatch::chains {
-namespace {
-
-// A call's numbers in one window.
-struct CallStat {
-  std::uint32_t id = 0;
-  std::string_view name;
-  std::string_view api;
-  std::uint64_t count = 0;
-  std::uint64_t sum_ns = 0;
-  std::uint64_t runnable_ns = 0;
-  std::uint64_t max_ns = 0;
-  double p50 = 0;
-  double p99 = 0;
-};
-
-CallStat stat_of(std::uint32_t id, const CallTotals& t) {
-  CallStat s;
-  s.id = id;
-  auto calls = trace::all_calls();
-  if (id < calls.size()) {
-    s.name = calls[id].name;
-    s.api = trace::api_name(calls[id].api);
-  }
-  s.count = t.count;
-  s.sum_ns = t.sum_ns;
-  s.runnable_ns = t.runnable_ns;
-  s.max_ns = t.max_ns;
-  s.p50 = trace::quantile_seconds(t.buckets, 0.50, t.max_ns);
-  s.p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
-  return s;
-}
-
-bool named(std::uint32_t id, std::initializer_list<std::string_view> names) {
-  auto calls = trace::all_calls();
-  if (id >= calls.size()) return false;
-  return std::find(names.begin(), names.end(), calls[id].name) != names.end();
-}
-
-double share(double part, double whole) { return whole > 0 ? part / whole : 0; }
-double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
-
-std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// What the slow calls cost the workload beyond their latency (which explain prints from the
-// chain's p50/p99 fields): the call rate against its baseline, else the window's count.
-std::string effect_text(const CallStat& s, const Baseline* b, bool known) {
-  const double before = known ? b->median_calls() : 0;
-  const double now = static_cast<double>(s.count);
-  if (before > 0 && now < 0.9 * before) {
-    return std::string(s.name) + " calls per window fell " + percent(1 - now / before) +
-           " from the baseline (" + thousands(static_cast<std::uint64_t>(before + 0.5)) + " → " +
-           thousands(s.count) + "): the job is that much slower";
-  }
-  return thousands(s.count) + " " + std::string(s.name) + " calls in the window, " +
-         human_seconds(static_cast<double>(s.sum_ns) / 1e9) + " inside them";
-}
-
-void set_call(Chain& c, const CallStat& s, const Baseline* b, bool known) {
-  c.call = std::string(s.name);
-  c.api = std::string(s.api);
-  c.p50_s = s.p50;
-  c.p99_s = s.p99;
-  if (known) {
-    c.baseline_p50_s = b->median_p50();
-    c.baseline_p99_s = b->median_p99();
-    c.ratio = share(s.p99, c.baseline_p99_s);
-  }
-}
-
-std::string summary_of(const Chain& c, const std::string& rest) {
-  return "[" + upper(severity_name(c.severity)) + "] " + std::string(kind_name(c.kind)) + ": " +
-         rest;
-}
-
-}  // namespace
-
-bool is_sync_call(std::uint32_t id) {
-  return named(id, {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"});
-}
-
-bool is_alloc_call(std::uint32_t id) {
-  return named(id, {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cuMemAlloc_v2"});
-}
-
-bool is_copy_call(std::uint32_t id) {
-  return named(id, {"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync",
-                    "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"});
-}
 
 std::vector<Finding> RuleContext::run() {
   std::vector<Finding> out;
@@ -113,6 +21,22 @@ std::vector<Finding> RuleContext::run() {
     memcpy_bound(p, out);
     gpu_contention(p, out);
   }
+  for (const auto& [label, s] : view_.series) {
+    memory_pressure(s, out);
+    io_stall(s, out);
+    network_retransmit(s, out);
+  }
+  // An OOM kill keeps its chain going for a while even when its series is gone.
+  std::vector<std::string> gone;
+  for (const auto& [cgroup, oom] : engine_.ooms_) {
+    if (!view_.series.count(cgroup)) gone.push_back(cgroup);
+  }
+  for (const auto& cgroup : gone) {
+    SeriesWindow s;
+    s.cgroup = cgroup;
+    memory_pressure(s, out);
+  }
+  nccl_straggler(out);
   forget_exited();
   return out;
 }
@@ -126,6 +50,26 @@ Chain RuleContext::base_chain(Kind kind, const ProcessWindow& p) const {
   c.pid = p.pid;
   c.comm = p.comm;
   return c;
+}
+
+Chain RuleContext::base_chain(Kind kind, const std::string& cgroup) const {
+  Chain c;
+  c.kind = kind;
+  auto it = engine_.identities_.find(cgroup);
+  if (it != engine_.identities_.end()) c.identity = it->second;
+  c.identity.cgroup = cgroup;
+  return c;
+}
+
+std::vector<const ProcessWindow*> RuleContext::cuda_processes(const std::string& cgroup) const {
+  std::vector<const ProcessWindow*> out;
+  for (const auto& p : view_.processes) {
+    if (p.cgroup == cgroup && !p.calls.empty()) out.push_back(&p);
+  }
+  std::stable_sort(out.begin(), out.end(), [](const ProcessWindow* a, const ProcessWindow* b) {
+    return a->cuda_ns() > b->cuda_ns();
+  });
+  return out;
 }
 
 const Baseline* RuleContext::baseline(const ProcessWindow& p, std::uint32_t call_id) const {
@@ -468,6 +412,13 @@ void RuleContext::gpu_contention(const ProcessWindow& p, std::vector<Finding>& o
 }
 
 void RuleContext::forget_exited() {
+  // OOM kills hold their severity for oom_hold_windows windows, this one included.
+  const auto hold =
+      static_cast<std::uint64_t>(std::max(1, engine_.options_.thresholds.oom_hold_windows));
+  for (auto it = engine_.ooms_.begin(); it != engine_.ooms_.end();) {
+    it = engine_.window_index_ + 1 >= it->second.window + hold ? engine_.ooms_.erase(it)
+                                                               : std::next(it);
+  }
   for (auto it = engine_.cold_.begin(); it != engine_.cold_.end();) {
     auto s = snap_.series.find(it->second.cgroup);
     bool alive = s != snap_.series.end() && s->second.process_info.count(it->first);

@@ -1,15 +1,115 @@
 #include "chains/window.h"
 
-#include "trace/histogram.h"
-
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <tuple>
+
+#include "chains/call_classes.h"
+#include "trace/histogram.h"
 
 namespace stallwatch::chains {
 namespace {
 
 std::uint64_t sub(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : now; }
+
+// The histogram part shared by CallTotals, IoTotals and NcclTotals; `before` is not null and
+// counted no more than `now`.
+template <typename T>
+void histogram_delta(T& d, const T& now, const T& before) {
+  d.count = now.count - before.count;
+  d.sum_ns = sub(now.sum_ns, before.sum_ns);
+  for (size_t k = 0; k < d.buckets.size(); k++) {
+    d.buckets[k] = sub(now.buckets[k], before.buckets[k]);
+  }
+  // The window's worst: exact when it set a new maximum, else the top bucket's bound.
+  if (now.max_ns > before.max_ns) {
+    d.max_ns = now.max_ns;
+    return;
+  }
+  for (size_t k = d.buckets.size(); k-- > 0;) {
+    if (d.buckets[k] == 0) continue;
+    const auto bound = static_cast<std::uint64_t>(
+        trace::bucket_upper_seconds(static_cast<unsigned>(k)) * 1e9);
+    d.max_ns = std::min<std::uint64_t>(now.max_ns, bound);
+    break;
+  }
+}
+
+template <typename T>
+T bytes_delta(const T& now, const T* before) {
+  if (!before || now.count < before->count) return now;
+  T d;
+  histogram_delta(d, now, *before);
+  d.bytes = sub(now.bytes, before->bytes);
+  return d;
+}
+
+const Series* find_series(const Snapshot* snap, const std::string& label) {
+  if (!snap) return nullptr;
+  auto it = snap->series.find(label);
+  return it == snap->series.end() ? nullptr : &it->second;
+}
+
+// The series' host evidence; `procs` are its CUDA processes of this window.
+SeriesWindow series_window(const std::string& label, const Series& s, const Series* before,
+                           const std::map<int, ProcessWindow>& procs) {
+  SeriesWindow w;
+  w.cgroup = label;
+  w.starvation_ratio = s.starvation_ratio;
+  w.reclaim = delta(s.reclaim, before ? &before->reclaim : nullptr);
+  w.oom_kills = before ? sub(s.oom_kills, before->oom_kills) : s.oom_kills;
+  w.oom_kills_cuda = before ? sub(s.oom_kills_cuda, before->oom_kills_cuda) : s.oom_kills_cuda;
+  std::set<std::tuple<int, std::int64_t>> known_victims;
+  if (before) {
+    for (const auto& v : before->oom_victims) known_victims.insert({v.pid, v.at_ns});
+  }
+  for (const auto& v : s.oom_victims) {
+    if (!known_victims.count({v.pid, v.at_ns})) w.new_oom_victims.push_back(v);
+  }
+  // Cumulative pressure covers the cgroup's whole life: without a previous value there is no
+  // window to speak of.
+  w.pressure = delta(s.pressure, before ? &before->pressure : nullptr);
+  if (!before) w.pressure = PressureTotals{};
+  for (const auto& [key, t] : s.io) {
+    const IoTotals* old = nullptr;
+    if (before) {
+      auto it = before->io.find(key);
+      if (it != before->io.end()) old = &it->second;
+    }
+    IoTotals d = delta(t, old);
+    if (d.count > 0) w.io[key] = d;
+  }
+  std::map<std::pair<int, IoKey>, const IoTotals*> old_io;
+  if (before) {
+    for (const auto& p : before->io_processes) old_io[{p.pid, p.key}] = &p.totals;
+  }
+  for (const auto& p : s.io_processes) {
+    auto it = old_io.find({p.pid, p.key});
+    IoTotals d = delta(p.totals, it == old_io.end() ? nullptr : it->second);
+    if (d.count == 0) continue;
+    w.io_processes.push_back(ProcessIo{p.pid, p.comm, p.key, d});
+  }
+  w.retransmits_ipv4 =
+      before ? sub(s.tcp_retransmits_ipv4, before->tcp_retransmits_ipv4) : s.tcp_retransmits_ipv4;
+  w.retransmits_ipv6 =
+      before ? sub(s.tcp_retransmits_ipv6, before->tcp_retransmits_ipv6) : s.tcp_retransmits_ipv6;
+  for (const auto& [key, t] : s.nccl) {
+    const NcclTotals* old = nullptr;
+    if (before) {
+      auto it = before->nccl.find(key);
+      if (it != before->nccl.end()) old = &it->second;
+    }
+    NcclTotals d = delta(t, old);
+    if (d.count > 0) w.nccl[key] = d;
+  }
+  for (const auto& [pid, p] : procs) {
+    for (const auto& [id, t] : p.calls) {
+      if (is_sync_call(id)) w.sync.add(t);
+    }
+  }
+  return w;
+}
 
 }  // namespace
 
@@ -19,28 +119,25 @@ std::uint64_t ProcessWindow::cuda_ns() const {
   return sum;
 }
 
+IoTotals SeriesWindow::io_total() const {
+  IoTotals all;
+  for (const auto& [key, t] : io) all.add(t);
+  return all;
+}
+
 CallTotals delta(const CallTotals& now, const CallTotals* before) {
   if (!before || now.count < before->count) return now;
   CallTotals d;
-  d.count = now.count - before->count;
-  d.sum_ns = sub(now.sum_ns, before->sum_ns);
+  histogram_delta(d, now, *before);
   d.runnable_ns = sub(now.runnable_ns, before->runnable_ns);
   d.blocked_ns = sub(now.blocked_ns, before->blocked_ns);
-  for (size_t k = 0; k < d.buckets.size(); k++) {
-    d.buckets[k] = sub(now.buckets[k], before->buckets[k]);
-  }
-  // The window's worst call: exact when it set a new maximum, else the top bucket's bound.
-  if (now.max_ns > before->max_ns) {
-    d.max_ns = now.max_ns;
-  } else {
-    for (size_t k = d.buckets.size(); k-- > 0;) {
-      if (d.buckets[k] == 0) continue;
-      const auto bound = static_cast<std::uint64_t>(trace::bucket_upper_seconds(static_cast<unsigned>(k)) * 1e9);
-      d.max_ns = std::min<std::uint64_t>(now.max_ns, bound);
-      break;
-    }
-  }
   return d;
+}
+
+IoTotals delta(const IoTotals& now, const IoTotals* before) { return bytes_delta(now, before); }
+
+NcclTotals delta(const NcclTotals& now, const NcclTotals* before) {
+  return bytes_delta(now, before);
 }
 
 OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before) {
@@ -50,6 +147,32 @@ OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before) {
                       sub(now.preemptions, before->preemptions)};
 }
 
+ReclaimTotals delta(const ReclaimTotals& now, const ReclaimTotals* before) {
+  if (!before) return now;
+  ReclaimTotals d;
+  d.direct_ns = sub(now.direct_ns, before->direct_ns);
+  d.direct_count = sub(now.direct_count, before->direct_count);
+  d.memcg_ns = sub(now.memcg_ns, before->memcg_ns);
+  d.memcg_count = sub(now.memcg_count, before->memcg_count);
+  d.cuda_ns = sub(now.cuda_ns, before->cuda_ns);
+  return d;
+}
+
+PressureTotals delta(const PressureTotals& now, const PressureTotals* before) {
+  if (!before) return now;
+  // Totals cover the cgroup's whole life: a window needs a value before it as well.
+  if (!now.known || !before->known) return PressureTotals{};
+  PressureTotals d;
+  d.known = true;
+  d.cpu_some_ns = sub(now.cpu_some_ns, before->cpu_some_ns);
+  d.cpu_full_ns = sub(now.cpu_full_ns, before->cpu_full_ns);
+  d.memory_some_ns = sub(now.memory_some_ns, before->memory_some_ns);
+  d.memory_full_ns = sub(now.memory_full_ns, before->memory_full_ns);
+  d.io_some_ns = sub(now.io_some_ns, before->io_some_ns);
+  d.io_full_ns = sub(now.io_full_ns, before->io_full_ns);
+  return d;
+}
+
 WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
   WindowView v;
   v.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -57,11 +180,7 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
                  .count();
   v.window_ns = current.window.count();
   for (const auto& [label, s] : current.series) {
-    const Series* before = nullptr;
-    if (previous) {
-      auto it = previous->series.find(label);
-      if (it != previous->series.end()) before = &it->second;
-    }
+    const Series* before = find_series(previous, label);
     std::map<int, ProcessWindow> procs;
     auto proc = [&](int pid) -> ProcessWindow& {
       auto [it, fresh] = procs.try_emplace(pid);
@@ -85,6 +204,16 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       if (d.count == 0 && d.sum_ns == 0) continue;
       ProcessWindow& p = proc(pc.pid);
       p.calls[pc.call_id] = d;
+    }
+    std::map<std::pair<int, NcclKey>, const NcclTotals*> old_nccl;
+    if (before) {
+      for (const auto& pn : before->nccl_processes) old_nccl[{pn.pid, pn.key}] = &pn.totals;
+    }
+    for (const auto& pn : s.nccl_processes) {
+      auto it = old_nccl.find({pn.pid, pn.key});
+      NcclTotals d = delta(pn.totals, it == old_nccl.end() ? nullptr : it->second);
+      if (d.count == 0) continue;
+      proc(pn.pid).nccl[pn.key].add(d);  // an NCCL process issues CUDA work: it belongs here
     }
     for (const auto& [pid, info] : s.process_info) {
       const ProcessInfo* old = nullptr;
@@ -112,6 +241,14 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       if (pit == procs.end()) continue;  // victim idle this window
       pit->second.preemptors.push_back(std::move(d));
     }
+    SeriesWindow sw = series_window(label, s, before, procs);
+    // I/O of the CUDA processes themselves; other submitters (DataLoader workers) are only in
+    // the series' list, so the per-process tables keep holding CUDA-issuing processes.
+    for (const auto& pio : sw.io_processes) {
+      auto pit = procs.find(pio.pid);
+      if (pit != procs.end()) pit->second.io[pio.key].add(pio.totals);
+    }
+    v.series.emplace(label, std::move(sw));
     for (auto& [pid, p] : procs) {
       auto it = s.process_info.find(pid);
       if (it != s.process_info.end()) {

@@ -1,6 +1,6 @@
-// One window's activity per process: the difference of two consecutive cumulative snapshots.
-// The chain engine decides from it and the store writes it, so both see the same numbers.
-// Pure; thread-safe.
+// One window's activity per process and per series: the difference of two consecutive cumulative
+// snapshots. The chain engine decides from it and the store writes it, so both see the same
+// numbers. Pure; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 namespace stallwatch::chains {
 
+// A CUDA-issuing process of a series (it made CUDA or NCCL calls, or its CUDA threads ran).
 struct ProcessWindow {
   std::string cgroup;  // the series label
   int pid = 0;
@@ -21,20 +22,48 @@ struct ProcessWindow {
   std::map<std::uint32_t, CallTotals> calls;   // call id → this window's delta (count > 0)
   OffcpuTotals offcpu;                         // this window's delta
   std::vector<Preemptor> preemptors;           // this window's delta, worst first
+  std::map<NcclKey, NcclTotals> nccl;          // NCCL ops by (op, rank, world size), count > 0
+  std::map<IoKey, IoTotals> io;                // block I/O it submitted itself, count > 0
   std::uint64_t cuda_ns() const;               // time inside CUDA calls this window
+};
+
+// The host-side evidence of one series (a cgroup) in the window.
+struct SeriesWindow {
+  std::string cgroup;
+  double starvation_ratio = 0;             // the snapshot's: already a last-window share
+  ReclaimTotals reclaim;                   // this window's delta
+  std::uint64_t oom_kills = 0;             // this window's delta, all processes
+  std::uint64_t oom_kills_cuda = 0;        // of which CUDA-issuing
+  std::vector<OomKill> new_oom_victims;    // victims listed now and not before, oldest first
+  PressureTotals pressure;                 // delta; known only when both snapshots knew it
+  std::map<IoKey, IoTotals> io;            // this window's delta, count > 0
+  std::vector<ProcessIo> io_processes;     // delta per (pid, device, op), count > 0; any process
+  std::uint64_t retransmits_ipv4 = 0;      // delta
+  std::uint64_t retransmits_ipv6 = 0;
+  std::map<NcclKey, NcclTotals> nccl;      // this window's delta, count > 0
+  CallTotals sync;  // the CUDA processes' synchronisation calls (rules.h), merged
+
+  std::uint64_t retransmits() const { return retransmits_ipv4 + retransmits_ipv6; }
+  IoTotals io_total() const;  // all devices and ops merged
 };
 
 struct WindowView {
   std::int64_t end_ns = 0;     // unix time the window ended
   std::int64_t window_ns = 0;  // its length
   std::vector<ProcessWindow> processes;  // by (cgroup, pid); only processes active this window
+  std::map<std::string, SeriesWindow> series;  // by cgroup label; every series of the snapshot
 };
 
-// `previous` may be null (the first window: everything cumulative counts as this window).
+// `previous` may be null (the first window: everything cumulative counts as this window,
+// except pressure, which is unknown until two snapshots had it).
 WindowView diff_windows(const Snapshot* previous, const Snapshot& current);
 
 // Subtraction of cumulative totals that never underflows (a reset counts from zero).
 CallTotals delta(const CallTotals& now, const CallTotals* before);
 OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before);
+IoTotals delta(const IoTotals& now, const IoTotals* before);
+NcclTotals delta(const NcclTotals& now, const NcclTotals* before);
+ReclaimTotals delta(const ReclaimTotals& now, const ReclaimTotals* before);
+PressureTotals delta(const PressureTotals& now, const PressureTotals* before);
 
 }  // namespace stallwatch::chains

@@ -208,6 +208,12 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns) {
     if (k.role.rfind("preemptor", 0) == 0) {
       cpu = " CPU stolen";
       count = " preemptions";
+    } else if (k.role == "I/O submitter") {
+      cpu = " waiting on requests";
+      count = " requests";
+    } else if (k.role == "peer rank") {
+      cpu = " in the op";
+      count = " calls";
     } else if (k.role.find("CUDA") != std::string::npos ||
                k.role.find("workload") != std::string::npos) {
       cpu = " in CUDA calls";

@@ -98,6 +98,7 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
         ctx.cpu_busy = 0.94;
         ctx.load1 = 12.3;
       }
+      if (c.kind == chains::Kind::kMemoryPressure) ctx.mem_used = 0.97;
     }
     auto changed = pipeline.window(snap, host.drain_outliers(), ctx);
     result.windows++;

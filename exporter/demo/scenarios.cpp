@@ -1,68 +1,13 @@
 #include "demo/scenarios.h"
 
-#include <cmath>
+#include <algorithm>
+
+#include "demo/scenario_kit.h"
 
 namespace stallwatch::demo {
 namespace {
 
-constexpr const char* kTrainPod =
-    "/kubepods.slice/kubepods-burstable.slice/"
-    "kubepods-burstable-pod6f1c2a3b_9d4e_4f5a_8b6c_7d8e9f0a1b2c.slice/"
-    "cri-containerd-116f54c41d04e8b1a6a5b2c9d3e7f0a4b8c1d5e9f2a6b0c4d8e3f7a1b5c9d2e6.scope";
-constexpr const char* kOtherPod =
-    "/kubepods.slice/kubepods-besteffort.slice/"
-    "kubepods-besteffort-pod0a9b8c7d_6e5f_4a3b_2c1d_0e9f8a7b6c5d.slice/"
-    "cri-containerd-9e8d7c6b5a49382716a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3.scope";
-constexpr const char* kNodeExporter = "/system.slice/prometheus-node-exporter.service";
-constexpr const char* kFluentBit = "/system.slice/fluent-bit.service";
-
-std::uint64_t per_window(double per_second, std::int64_t window_ns) {
-  return static_cast<std::uint64_t>(std::llround(per_second * static_cast<double>(window_ns) / 1e9));
-}
-
-std::uint64_t share_of(double share, std::int64_t window_ns) {
-  return static_cast<std::uint64_t>(share * static_cast<double>(window_ns));
-}
-
-// A training loop's window: kernel launches, two copies and one synchronisation per step.
-struct Train {
-  double steps_per_s = 20;
-  std::uint64_t sync_ns = 7000;
-  std::uint64_t sync_tail_ns = 0;
-  double sync_tail_share = 0;
-  double sync_runnable = 0;  // share of sync time runnable off-CPU
-  double sync_blocked = 0.02;
-  std::uint64_t copy_ns = 15000;
-  double thread_runnable = 0.004;  // of the CUDA thread's wall time
-  double thread_blocked = 0.05;
-  std::uint64_t preemptions_per_s = 40;
-};
-
-void train(SyntheticHost& h, int pid, std::int64_t w, const Train& t) {
-  const std::uint64_t steps = per_window(t.steps_per_s, w);
-  h.calls(pid, {"cudaLaunchKernel", steps * 24, 9000, 0, 0, t.sync_runnable / 4, 0});
-  h.calls(pid, {"cuLaunchKernel", steps * 16, 6000, 0, 0, t.sync_runnable / 4, 0});
-  h.calls(pid, {"cudaMemcpyAsync", steps * 2, t.copy_ns, 0, 0, t.sync_runnable / 2, 0});
-  h.calls(pid, {"cudaStreamSynchronize", steps, t.sync_ns, t.sync_tail_ns, t.sync_tail_share,
-                t.sync_runnable, t.sync_blocked});
-  const std::uint64_t runnable = share_of(t.thread_runnable, w);
-  const std::uint64_t blocked = share_of(t.thread_blocked, w);
-  h.offcpu(pid, runnable, blocked, static_cast<std::uint64_t>(w) - runnable - blocked,
-           per_window(static_cast<double>(t.preemptions_per_s), w));
-}
-
-Train calm() { return Train{}; }
-
-// A phase in which `pid` (created in its first window, started `age_ns` before) trains with
-// `load` and nothing else happens.
-Phase training(std::string narration, int windows, int pid, const char* cgroup,
-               std::int64_t age_ns, Train load) {
-  return {std::move(narration), windows,
-          [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
-            if (!h.has_process(pid)) h.add_process(cgroup, pid, "python3", now - age_ns);
-            train(h, pid, w, load);
-          }};
-}
+using namespace kit;  // NOLINT: the scenarios are written in the kit's words
 
 // CPU contention: syncs wait for a CPU; `share` of the thread's time is spent runnable.
 Train contended(double share) {
@@ -235,7 +180,13 @@ Scenario gpu_steal() {
     const std::uint64_t steps = per_window(20, w);
     h.calls(pid, {"cudaLaunchKernel", steps * 24, 9000, 0, 0, 0, 0});
     h.calls(pid, {"cudaStreamSynchronize", steps, sync, tail, 0.05, 0.001, 0.95});
-    h.offcpu(pid, share_of(0.002, w), share_of(0.6, w), share_of(0.398, w), per_window(20, w));
+    // Asleep in the syncs (95% of their time) and hardly outside them: no starvation.
+    const auto slow = static_cast<std::uint64_t>(static_cast<double>(steps) * 0.05 + 0.5);
+    const std::uint64_t blocked =
+        ((steps - slow) * sync + slow * tail) * 95 / 100 + share_of(0.02, w);
+    const std::uint64_t runnable = share_of(0.002, w);
+    h.offcpu(pid, runnable, blocked, static_cast<std::uint64_t>(w) - runnable - blocked,
+             per_window(20, w));
   };
   s.phases.push_back({"python3 trains alone; cudaStreamSynchronize waits ~2ms for the GPU", 5,
                       [=](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {
@@ -276,7 +227,7 @@ Scenario healthy() {
   busy.sync_tail_ns = 8000000;
   busy.sync_tail_share = 0.05;
   busy.sync_blocked = 0.9;
-  busy.thread_blocked = 0.6;
+  busy.thread_blocked = 0.12;  // nearly all of it asleep in the syncs: no starvation
   s.phases.push_back(training("python3 trains; syncs wait ~5ms for the GPU, nothing else competes",
                               12, pid, kTrainPod, 600000000000LL, busy));
   return s;
@@ -285,8 +236,9 @@ Scenario healthy() {
 }  // namespace
 
 std::vector<std::string> scenario_names() {
-  return {"incident", "cpu-contention", "cold-start", "memcpy-bottleneck",
-          "periodic-spike", "gpu-steal", "healthy"};
+  return {"incident",        "cpu-contention", "cold-start",         "memcpy-bottleneck",
+          "periodic-spike",  "gpu-steal",      "memory-pressure",    "io-stall",
+          "network-retransmit", "nccl-straggler", "healthy"};
 }
 
 std::optional<Scenario> make_scenario(const std::string& name) {
@@ -296,6 +248,10 @@ std::optional<Scenario> make_scenario(const std::string& name) {
   if (name == "memcpy-bottleneck") return memcpy_bottleneck();
   if (name == "periodic-spike") return periodic_spike();
   if (name == "gpu-steal") return gpu_steal();
+  if (name == "memory-pressure") return kit::memory_pressure();
+  if (name == "io-stall") return kit::io_stall();
+  if (name == "network-retransmit") return kit::network_retransmit();
+  if (name == "nccl-straggler") return kit::nccl_straggler();
   if (name == "healthy") return healthy();
   return std::nullopt;
 }

@@ -10,6 +10,8 @@
 namespace stallwatch::demo {
 namespace {
 
+constexpr size_t kMaxOomVictims = 16;  // as Series.oom_victims keeps
+
 std::uint32_t call_id(std::string_view name) {
   auto calls = trace::all_calls();
   for (std::uint32_t i = 0; i < calls.size(); i++) {
@@ -18,13 +20,24 @@ std::uint32_t call_id(std::string_view name) {
   return 0;
 }
 
-void add_calls(CallTotals& t, std::uint64_t n, std::uint64_t ns) {
+// `n` values of `ns` each into a cumulative histogram (CallTotals, IoTotals, NcclTotals).
+template <typename T>
+void add_values(T& t, std::uint64_t n, std::uint64_t ns) {
   if (n == 0) return;
   t.count += n;
   t.sum_ns += n * ns;
   t.buckets[trace::bucket_of_ns(ns)] += n;
   t.max_ns = std::max(t.max_ns, ns);
 }
+
+// Typical and tail values of a mix: how many are slow.
+std::uint64_t slow_count(std::uint64_t count, std::uint64_t tail_ns, double tail_share) {
+  if (!tail_ns) return 0;
+  const auto slow = static_cast<std::uint64_t>(static_cast<double>(count) * tail_share + 0.5);
+  return std::min(slow, count);
+}
+
+std::uint64_t sub(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : 0; }
 
 }  // namespace
 
@@ -34,13 +47,24 @@ void SyntheticHost::add_process(const std::string& cgroup, int pid, const std::s
   p.cgroup = cgroup;
   p.comm = comm;
   p.start_ns = start_ns;
+  cgroups_[cgroup];
 }
 
 void SyntheticHost::exit_process(int pid) {
   auto it = procs_.find(pid);
-  if (it == procs_.end()) return;
-  for (const auto& [id, t] : it->second.calls) retired_[it->second.cgroup][id].add(t);
-  procs_.erase(it);
+  if (it != procs_.end()) {
+    Cgroup& cg = cgroups_[it->second.cgroup];
+    for (const auto& [id, t] : it->second.calls) cg.retired_calls[id].add(t);
+    for (const auto& [key, t] : it->second.nccl) cg.retired_nccl[key].add(t);
+    cg.retired_offcpu.add(it->second.offcpu);
+    procs_.erase(it);
+  }
+  auto io = io_procs_.find(pid);
+  if (io != io_procs_.end()) {
+    Cgroup& cg = cgroups_[io->second.cgroup];
+    for (const auto& [key, t] : io->second.io) cg.retired_io[key].add(t);
+    io_procs_.erase(io);
+  }
 }
 
 void SyntheticHost::calls(int pid, const CallMix& mix) {
@@ -49,12 +73,9 @@ void SyntheticHost::calls(int pid, const CallMix& mix) {
   const std::uint32_t id = call_id(mix.call);
   CallTotals& t = it->second.calls[id];
   const std::uint64_t before = t.sum_ns;
-  std::uint64_t slow = mix.tail_ns ? static_cast<std::uint64_t>(
-                                         static_cast<double>(mix.count) * mix.tail_share + 0.5)
-                                   : 0;
-  slow = std::min(slow, mix.count);
-  add_calls(t, mix.count - slow, mix.typical_ns);
-  add_calls(t, slow, mix.tail_ns);
+  const std::uint64_t slow = slow_count(mix.count, mix.tail_ns, mix.tail_share);
+  add_values(t, mix.count - slow, mix.typical_ns);
+  add_values(t, slow, mix.tail_ns);
   const double spent = static_cast<double>(t.sum_ns - before);
   t.runnable_ns += static_cast<std::uint64_t>(spent * mix.runnable_share);
   t.blocked_ns += static_cast<std::uint64_t>(spent * mix.blocked_share);
@@ -99,6 +120,76 @@ void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm,
   p.count += count;
 }
 
+void SyntheticHost::nccl(int pid, const NcclMix& mix) {
+  auto it = procs_.find(pid);
+  if (it == procs_.end() || mix.count == 0) return;
+  // Every NCCL call is also a call of the series (api nccl), with its off-CPU time.
+  calls(pid, CallMix{mix.op, mix.count, mix.typical_ns, mix.tail_ns, mix.tail_share,
+                     mix.runnable_share, mix.blocked_share});
+  NcclTotals& t = it->second.nccl[NcclKey{call_id(mix.op), mix.rank, mix.world_size}];
+  const std::uint64_t slow = slow_count(mix.count, mix.tail_ns, mix.tail_share);
+  add_values(t, mix.count - slow, mix.typical_ns);
+  add_values(t, slow, mix.tail_ns);
+  t.bytes += mix.count * mix.bytes_each;
+}
+
+void SyntheticHost::io(const std::string& cgroup, int pid, const std::string& comm,
+                       const IoMix& mix) {
+  if (mix.count == 0) return;
+  IoProc& p = io_procs_[pid];
+  p.cgroup = cgroup;
+  p.comm = comm;
+  cgroups_[cgroup];
+  IoTotals& t = p.io[IoKey{mix.device, mix.op}];
+  const std::uint64_t slow = slow_count(mix.count, mix.tail_ns, mix.tail_share);
+  add_values(t, mix.count - slow, mix.typical_ns);
+  add_values(t, slow, mix.tail_ns);
+  t.bytes += mix.count * mix.bytes_each;
+}
+
+void SyntheticHost::reclaim(const std::string& cgroup, std::uint64_t direct_ns,
+                            std::uint64_t memcg_ns, std::uint64_t cuda_ns,
+                            std::uint64_t reclaims) {
+  ReclaimTotals& r = cgroups_[cgroup].reclaim;
+  r.direct_ns += direct_ns;
+  r.memcg_ns += memcg_ns;
+  r.cuda_ns += std::min(cuda_ns, direct_ns + memcg_ns);
+  if (memcg_ns >= direct_ns) {
+    r.memcg_count += reclaims;
+  } else {
+    r.direct_count += reclaims;
+  }
+}
+
+void SyntheticHost::oom_kill(const std::string& cgroup, int pid, const std::string& comm,
+                             std::int64_t at_ns) {
+  Cgroup& cg = cgroups_[cgroup];
+  const bool cuda = procs_.count(pid) > 0;
+  cg.oom_kills++;
+  if (cuda) cg.oom_kills_cuda++;
+  cg.oom_victims.push_back(OomKill{pid, comm, cuda, at_ns});
+  if (cg.oom_victims.size() > kMaxOomVictims) cg.oom_victims.erase(cg.oom_victims.begin());
+  exit_process(pid);
+}
+
+void SyntheticHost::pressure(const std::string& cgroup, const PressureTotals& add) {
+  PressureTotals& p = cgroups_[cgroup].pressure;
+  p.known = true;
+  p.cpu_some_ns += add.cpu_some_ns;
+  p.cpu_full_ns += add.cpu_full_ns;
+  p.memory_some_ns += add.memory_some_ns;
+  p.memory_full_ns += add.memory_full_ns;
+  p.io_some_ns += add.io_some_ns;
+  p.io_full_ns += add.io_full_ns;
+}
+
+void SyntheticHost::retransmits(const std::string& cgroup, std::uint64_t ipv4,
+                                std::uint64_t ipv6) {
+  Cgroup& cg = cgroups_[cgroup];
+  cg.retransmits_ipv4 += ipv4;
+  cg.retransmits_ipv6 += ipv6;
+}
+
 std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::time_point taken,
                                                   std::chrono::nanoseconds window) {
   auto snap = std::make_shared<Snapshot>();
@@ -114,10 +205,31 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
     s.offcpu.add(p.offcpu);
     s.process_info[pid] = ProcessInfo{pid, p.comm, p.start_ns, p.offcpu};
     for (const auto& [ppid, pre] : p.preemptors) s.preemptors.push_back(pre);
+    for (const auto& [key, t] : p.nccl) {
+      s.nccl[key].add(t);
+      s.nccl_processes.push_back(ProcessNccl{pid, key, t});
+    }
   }
-  for (const auto& [cgroup, calls] : retired_) {
-    Series& s = snap->series[cgroup];
-    for (const auto& [id, t] : calls) s.calls[id].add(t);
+  for (const auto& [pid, p] : io_procs_) {
+    Series& s = snap->series[p.cgroup];
+    for (const auto& [key, t] : p.io) {
+      s.io[key].add(t);
+      s.io_processes.push_back(ProcessIo{pid, p.comm, key, t});
+    }
+  }
+  for (const auto& [label, cg] : cgroups_) {
+    Series& s = snap->series[label];
+    for (const auto& [id, t] : cg.retired_calls) s.calls[id].add(t);
+    for (const auto& [key, t] : cg.retired_nccl) s.nccl[key].add(t);
+    for (const auto& [key, t] : cg.retired_io) s.io[key].add(t);
+    s.offcpu.add(cg.retired_offcpu);  // the kernel's per-cgroup counters outlive processes
+    s.reclaim = cg.reclaim;
+    s.oom_kills = cg.oom_kills;
+    s.oom_kills_cuda = cg.oom_kills_cuda;
+    s.oom_victims = cg.oom_victims;
+    s.pressure = cg.pressure;
+    s.tcp_retransmits_ipv4 = cg.retransmits_ipv4;
+    s.tcp_retransmits_ipv6 = cg.retransmits_ipv6;
   }
   for (auto& [label, s] : snap->series) {
     s.identity = identity::parse_cgroup_path(label);
@@ -125,15 +237,23 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
     std::sort(s.preemptors.begin(), s.preemptors.end(),
               [](const Preemptor& a, const Preemptor& b) { return a.runnable_ns > b.runnable_ns; });
     if (s.preemptors.size() > 10) s.preemptors.resize(10);
-    OffcpuTotals& prev = previous_offcpu_[label];
-    const double r = static_cast<double>(s.offcpu.runnable_ns - prev.runnable_ns);
-    const double b = static_cast<double>(s.offcpu.blocked_ns - prev.blocked_ns);
-    const double on = static_cast<double>(s.offcpu.oncpu_ns - prev.oncpu_ns);
+    // Window ratios from the cumulative counters, as the collector computes them.
+    Cgroup& cg = cgroups_[label];
+    const double r = static_cast<double>(sub(s.offcpu.runnable_ns, cg.previous_offcpu.runnable_ns));
+    const double b = static_cast<double>(sub(s.offcpu.blocked_ns, cg.previous_offcpu.blocked_ns));
+    const double on = static_cast<double>(sub(s.offcpu.oncpu_ns, cg.previous_offcpu.oncpu_ns));
+    std::uint64_t in_calls = 0;  // blocked inside calls, cumulative
+    for (const auto& [id, t] : s.calls) in_calls += t.blocked_ns;
+    const std::uint64_t blocked_in_calls = sub(in_calls, cg.previous_blocked_in_calls_ns);
+    const double outside = static_cast<double>(
+        sub(sub(s.offcpu.blocked_ns, cg.previous_offcpu.blocked_ns), blocked_in_calls));
     if (r + b + on > 0) {
       s.runnable_ratio = r / (r + b + on);
       s.blocked_ratio = b / (r + b + on);
+      s.starvation_ratio = outside / (r + b + on);
     }
-    prev = s.offcpu;
+    cg.previous_offcpu = s.offcpu;
+    cg.previous_blocked_in_calls_ns = in_calls;
   }
   std::uint64_t processes = 0;
   for (const auto& [label, s] : snap->series) processes += s.process_info.size();

@@ -1,7 +1,8 @@
 // A synthetic host for `stallwatch demo` and the chain unit tests: processes in cgroups that
-// make CUDA calls, get preempted and go off-CPU, accumulated exactly as the kernel side would
-// (cumulative log2 histograms, per-process off-CPU, preemptors), turned into the same Snapshot
-// the collector builds. Not thread-safe.
+// make CUDA and NCCL calls, get preempted and go off-CPU, reclaim memory, get OOM-killed, submit
+// block I/O and retransmit TCP segments, accumulated exactly as the kernel side would
+// (cumulative log2 histograms, per-process off-CPU, preemptors, per-cgroup counters), turned
+// into the same Snapshot the collector builds. Not thread-safe.
 #pragma once
 
 #include <chrono>
@@ -28,6 +29,31 @@ struct CallMix {
   double blocked_share = 0;      // share of the call time spent blocked off-CPU
 };
 
+// One batch of block requests of one process on one device.
+struct IoMix {
+  std::string device;  // kernel name, e.g. "nvme0n1", "sdb"
+  std::string op = "read";
+  std::uint64_t count = 0;
+  std::uint64_t bytes_each = 0;
+  std::uint64_t typical_ns = 0;  // most requests take this long, submission to completion
+  std::uint64_t tail_ns = 0;     // the slow ones (0: none)
+  double tail_share = 0;
+};
+
+// One batch of NCCL ops of one rank (also counted as calls, as the kernel side does).
+struct NcclMix {
+  std::string_view op;  // e.g. "ncclAllReduce"
+  int rank = -1;
+  int world_size = -1;
+  std::uint64_t count = 0;
+  std::uint64_t bytes_each = 0;
+  std::uint64_t typical_ns = 0;
+  std::uint64_t tail_ns = 0;
+  double tail_share = 0;
+  double runnable_share = 0;  // of the op time, off-CPU waiting for a CPU
+  double blocked_share = 0;   // of the op time, off-CPU sleeping
+};
+
 class SyntheticHost {
  public:
   void add_process(const std::string& cgroup, int pid, const std::string& comm,
@@ -40,8 +66,22 @@ class SyntheticHost {
               std::uint64_t preemptions);
   void preempted_by(int victim, int pid, const std::string& comm, const std::string& cgroup,
                     std::uint64_t runnable_ns, std::uint64_t count);
+  // NCCL ops of a CUDA process (`pid` from add_process).
+  void nccl(int pid, const NcclMix& mix);
+  // Block I/O submitted by any process of `cgroup` (a DataLoader worker need not issue CUDA).
+  void io(const std::string& cgroup, int pid, const std::string& comm, const IoMix& mix);
+  // Reclaim by the cgroup's tasks; `cuda_ns` is the part of it spent by CUDA-issuing threads.
+  void reclaim(const std::string& cgroup, std::uint64_t direct_ns, std::uint64_t memcg_ns,
+               std::uint64_t cuda_ns, std::uint64_t reclaims);
+  // The OOM killer kills `pid` of `cgroup`; a CUDA process (add_process) exits with it.
+  void oom_kill(const std::string& cgroup, int pid, const std::string& comm, std::int64_t at_ns);
+  // Adds stall time to the cgroup's PSI (and makes it known).
+  void pressure(const std::string& cgroup, const PressureTotals& add);
+  void retransmits(const std::string& cgroup, std::uint64_t ipv4, std::uint64_t ipv6);
 
-  // The cumulative snapshot at `taken`, covering the window just ended.
+  // The cumulative snapshot at `taken`, covering the window just ended. The window ratios
+  // (runnable, blocked, starvation) come from the counters as the collector computes them:
+  // starvation is the threads' blocked time (offcpu()) less the blocked time inside calls.
   std::shared_ptr<Snapshot> snapshot(std::chrono::system_clock::time_point taken,
                                      std::chrono::nanoseconds window);
   // Outlier records of the slow calls since the last drain (as the ring buffer would send).
@@ -55,10 +95,33 @@ class SyntheticHost {
     std::map<std::uint32_t, CallTotals> calls;
     OffcpuTotals offcpu;
     std::map<int, Preemptor> preemptors;  // by preemptor pid
+    std::map<NcclKey, NcclTotals> nccl;
+  };
+  struct IoProc {
+    std::string cgroup;
+    std::string comm;
+    std::map<IoKey, IoTotals> io;
+  };
+  // Per-cgroup counters, and what exited processes left in them (the kernel's maps keep it).
+  struct Cgroup {
+    std::map<std::uint32_t, CallTotals> retired_calls;
+    OffcpuTotals retired_offcpu;
+    std::map<NcclKey, NcclTotals> retired_nccl;
+    std::map<IoKey, IoTotals> retired_io;
+    ReclaimTotals reclaim;
+    std::uint64_t oom_kills = 0;
+    std::uint64_t oom_kills_cuda = 0;
+    std::vector<OomKill> oom_victims;  // at most 16, oldest first
+    PressureTotals pressure;
+    std::uint64_t retransmits_ipv4 = 0;
+    std::uint64_t retransmits_ipv6 = 0;
+    // For the window ratios.
+    OffcpuTotals previous_offcpu;
+    std::uint64_t previous_blocked_in_calls_ns = 0;
   };
   std::map<int, Proc> procs_;
-  std::map<std::string, std::map<std::uint32_t, CallTotals>> retired_;  // exited, by cgroup
-  std::map<std::string, OffcpuTotals> previous_offcpu_;                 // for window ratios
+  std::map<int, IoProc> io_procs_;
+  std::map<std::string, Cgroup> cgroups_;
   chains::OutlierSink outliers_{256};
   std::uint64_t sequence_ = 0;
 };

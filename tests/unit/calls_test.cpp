@@ -57,7 +57,7 @@ TEST(ApiOfLibraryTest, NearMisses) {
 
 TEST(AllCallsTest, TableShape) {
   const auto calls = all_calls();
-  ASSERT_EQ(calls.size(), 25u);
+  ASSERT_EQ(calls.size(), 47u);
   std::size_t runtime = 0, driver = 0, nccl = 0;
   std::set<std::string_view> names;
   for (const CallInfo& c : calls) {
@@ -72,11 +72,53 @@ TEST(AllCallsTest, TableShape) {
     if (c.api == Api::kDriver) {
       EXPECT_TRUE(c.name.starts_with("cu") && !c.name.starts_with("cuda")) << c.name;
     }
+    if (c.api == Api::kNccl) {
+      EXPECT_TRUE(c.name.starts_with("nccl")) << c.name;
+    } else {
+      EXPECT_EQ(c.nccl.kind, NcclKind::kNone) << c.name;
+    }
   }
   EXPECT_EQ(runtime, 13u);
   EXPECT_EQ(driver, 12u);
-  EXPECT_EQ(nccl, 0u);
-  EXPECT_EQ(names.size(), 25u);
+  EXPECT_EQ(nccl, 22u);
+  EXPECT_EQ(names.size(), 47u);
+}
+
+// Argument positions are facts of nccl.h (x86-64: six in registers, the seventh on the stack).
+TEST(NcclArgsTest, PositionsOfTheRealSignatures) {
+  const auto calls = all_calls();
+  auto args = [&](std::string_view name) { return calls[id_of(name)].nccl; };
+  // ncclAllReduce(sendbuff, recvbuff, count, datatype, op, comm, stream)
+  EXPECT_EQ(args("ncclAllReduce").count_arg, 3);
+  EXPECT_EQ(args("ncclAllReduce").dtype_arg, 4);
+  EXPECT_EQ(args("ncclAllReduce").comm_arg, 6);
+  // ncclReduce(sendbuff, recvbuff, count, datatype, op, root, comm, stream): comm 7th
+  EXPECT_EQ(args("ncclReduce").comm_arg, 7);
+  // ncclSend(sendbuff, count, datatype, peer, comm, stream)
+  EXPECT_EQ(args("ncclSend").count_arg, 2);
+  EXPECT_EQ(args("ncclSend").dtype_arg, 3);
+  EXPECT_EQ(args("ncclSend").comm_arg, 5);
+  // ncclAllGather(sendbuff, recvbuff, sendcount, datatype, comm, stream)
+  EXPECT_EQ(args("ncclAllGather").comm_arg, 5);
+  // ncclCommSplit(comm, color, key, newcomm*, config): the out-communicator is 4th
+  EXPECT_EQ(args("ncclCommSplit").kind, NcclKind::kSplit);
+  EXPECT_EQ(args("ncclCommSplit").comm_arg, 4);
+  EXPECT_EQ(args("ncclCommInitRank").kind, NcclKind::kInitRank);
+  EXPECT_EQ(args("ncclGroupStart").kind, NcclKind::kNone);
+  EXPECT_TRUE(is_nccl_op(id_of("ncclRecv")));
+  EXPECT_FALSE(is_nccl_op(id_of("ncclCommInitRank")));
+  EXPECT_FALSE(is_nccl_op(id_of("cudaMalloc")));
+}
+
+TEST(NcclArgsTest, CookieCarriesIdPositionsAndKind) {
+  const std::uint32_t id = id_of("ncclReduce");
+  const std::uint64_t c = cookie_of(id);
+  EXPECT_EQ(c & 0xffffffffu, id);
+  EXPECT_EQ((c >> 32) & 0xf, 3u);
+  EXPECT_EQ((c >> 36) & 0xf, 4u);
+  EXPECT_EQ((c >> 40) & 0xf, 7u);
+  EXPECT_EQ((c >> 44) & 0xf, static_cast<unsigned>(NcclKind::kOp));
+  EXPECT_EQ(cookie_of(id_of("cudaMalloc")), id_of("cudaMalloc"));  // CUDA: the id alone
 }
 
 TEST(AllCallsTest, ApiNames) {

@@ -208,6 +208,38 @@ INSTANTIATE_TEST_SUITE_P(
                  "high",
                  0,
                  {"tritonserver", "chain closed after 8 windows: [HIGH] gpu_contention"}},
+        Expected{"memory-pressure",
+                 "[HIGH] memory_pressure: the workload of python3 (PID 2400) spent 18% of the "
+                 "window in memcg reclaim",
+                 "memory_pressure",
+                 "critical",
+                 0,
+                 {"chain now critical: [CRITICAL] memory_pressure: python3 (PID 2400), a "
+                  "CUDA-issuing process, was OOM-killed",
+                  "chain closed after 14 windows: [CRITICAL] memory_pressure",
+                  "python3 PID 2400 (OOM victim)", "limits: {memory:"}},
+        Expected{"io-stall",
+                 "[HIGH] io_stall: python3 (PID 2500) starved 46% of the time waiting on sdb I/O",
+                 "io_stall",
+                 "high",
+                 0,
+                 {"pt_data_worker:0 PID 2501 (I/O submitter)", "iostat -x 1 sdb",
+                  "chain closed after 8 windows: [HIGH] io_stall"}},
+        Expected{"network-retransmit",
+                 "[HIGH] network_retransmit: ncclAllReduce in python3 (PID 2600)",
+                 "network_retransmit",
+                 "high",
+                 0,
+                 {"with 450 TCP retransmits/s", "ethtool -S", "NCCL_SOCKET_IFNAME",
+                  "chain closed after 8 windows: [HIGH] network_retransmit"}},
+        Expected{"nccl-straggler",
+                 "[HIGH] nccl_straggler: rank 2 of 8, python3 (PID 2702), takes 6x its local "
+                 "peers' time in ncclAllReduce",
+                 "nccl_straggler",
+                 "high",
+                 0,
+                 {"python3 PID 2700 (peer rank)", "python3 PID 2703 (peer rank)",
+                  "NCCL_DEBUG=INFO", "chain closed after 8 windows: [HIGH] nccl_straggler"}},
         Expected{"healthy", "", "", "", 0, {"Traced:\n"}}),
     [](const ::testing::TestParamInfo<Expected>& info) {
       std::string n;
@@ -221,7 +253,8 @@ TEST(DemoCli, UnknownScenarioExits2NamingTheScenarios) {
   EXPECT_EQ(o.code, 2);
   EXPECT_TRUE(contains(o.err, "unknown scenario 'nosuch'")) << o.err;
   for (const char* s : {"incident", "cpu-contention", "cold-start", "memcpy-bottleneck",
-                        "periodic-spike", "gpu-steal", "healthy"}) {
+                        "periodic-spike", "gpu-steal", "memory-pressure", "io-stall",
+                        "network-retransmit", "nccl-straggler", "healthy"}) {
     EXPECT_TRUE(contains(o.err, s)) << s << " not in: " << o.err;
   }
   EXPECT_EQ(o.out, "");

@@ -1,0 +1,95 @@
+#include "chains/rule_helpers.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "chains/call_classes.h"
+#include "chains/format.h"
+#include "trace/calls.h"
+#include "trace/histogram.h"
+
+namespace stallwatch::chains {
+
+std::string_view call_name(std::uint32_t id) {
+  auto calls = trace::all_calls();
+  return id < calls.size() ? calls[id].name : std::string_view();
+}
+
+CallStat stat_of(std::uint32_t id, const CallTotals& t) {
+  CallStat s;
+  s.id = id;
+  auto calls = trace::all_calls();
+  if (id < calls.size()) {
+    s.name = calls[id].name;
+    s.api = trace::api_name(calls[id].api);
+  }
+  s.count = t.count;
+  s.sum_ns = t.sum_ns;
+  s.runnable_ns = t.runnable_ns;
+  s.max_ns = t.max_ns;
+  s.p50 = trace::quantile_seconds(t.buckets, 0.50, t.max_ns);
+  s.p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
+  return s;
+}
+
+bool named(std::uint32_t id, std::initializer_list<std::string_view> names) {
+  auto calls = trace::all_calls();
+  if (id >= calls.size()) return false;
+  return std::find(names.begin(), names.end(), calls[id].name) != names.end();
+}
+
+bool is_sync_call(std::uint32_t id) {
+  return named(id, {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"});
+}
+
+bool is_alloc_call(std::uint32_t id) {
+  return named(id, {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cuMemAlloc_v2"});
+}
+
+bool is_copy_call(std::uint32_t id) {
+  return named(id, {"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
+                    "cuMemcpyDtoH_v2"});
+}
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string effect_text(const CallStat& s, const Baseline* b, bool known) {
+  const double before = known ? b->median_calls() : 0;
+  const double now = static_cast<double>(s.count);
+  if (before > 0 && now < 0.9 * before) {
+    return std::string(s.name) + " calls per window fell " + percent(1 - now / before) +
+           " from the baseline (" + thousands(static_cast<std::uint64_t>(before + 0.5)) + " → " +
+           thousands(s.count) + "): the job is that much slower";
+  }
+  return thousands(s.count) + " " + std::string(s.name) + " calls in the window, " +
+         human_seconds(static_cast<double>(s.sum_ns) / 1e9) + " inside them";
+}
+
+void set_call(Chain& c, const CallStat& s, const Baseline* b, bool known) {
+  c.call = std::string(s.name);
+  c.api = std::string(s.api);
+  c.p50_s = s.p50;
+  c.p99_s = s.p99;
+  if (known) {
+    c.baseline_p50_s = b->median_p50();
+    c.baseline_p99_s = b->median_p99();
+    c.ratio = share(s.p99, c.baseline_p99_s);
+  }
+}
+
+std::string summary_of(const Chain& c, const std::string& rest) {
+  return "[" + upper(severity_name(c.severity)) + "] " + std::string(kind_name(c.kind)) + ": " +
+         rest;
+}
+
+std::string process_text(const std::string& comm, int pid) {
+  return (comm.empty() ? std::string("PID ") : comm + " (PID ") + std::to_string(pid) +
+         (comm.empty() ? "" : ")");
+}
+
+}  // namespace stallwatch::chains
