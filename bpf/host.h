@@ -51,7 +51,7 @@ struct io_stats {
 	__u64 buckets[SW_HIST_BUCKETS];
 };
 
-/* Value of tcp_retransmits, keyed by the socket's cgroup id. */
+/* Value of tcp_retransmits, keyed by the socket's cgroup id: retransmitted segments. */
 struct retransmit_stats {
 	__u64 ipv4;
 	__u64 ipv6;

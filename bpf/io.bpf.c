@@ -17,6 +17,8 @@
 #include "maps.bpf.h"
 
 #define SW_REQ_OP_MASK 0xff
+#define SW_REQ_OP_WRITE 1
+#define SW_REQ_OP_FLUSH 2
 
 struct io_start {
 	struct io_key key;
@@ -59,6 +61,9 @@ int BPF_PROG(block_io_start, struct request *rq)
 	s.key.op = BPF_CORE_READ(rq, cmd_flags) & SW_REQ_OP_MASK;
 	s.key.tgid = bpf_get_current_pid_tgid() >> 32;
 	s.bytes = BPF_CORE_READ(rq, __data_len);
+	/* fsync's cache flush is an empty write with REQ_PREFLUSH: count it as a flush. */
+	if (s.key.op == SW_REQ_OP_WRITE && s.bytes == 0)
+		s.key.op = SW_REQ_OP_FLUSH;
 	s.ts_ns = bpf_ktime_get_ns();
 	bpf_map_update_elem(&io_inflight, &key, &s, BPF_ANY);
 	return 0;

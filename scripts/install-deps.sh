@@ -10,7 +10,7 @@ packages=(
   libboost-program-options-dev libgtest-dev libgmock-dev
   libcurl4-openssl-dev
   prometheus curl
-  iproute2 util-linux procps
+  iproute2 nftables util-linux procps
 )
 
 missing=()

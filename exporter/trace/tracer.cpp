@@ -93,6 +93,20 @@ constexpr HostHook kHostHooks[] = {
      "tcp_retransmit_skb", "TCP retransmits"},
 };
 
+// Number of arguments the raw tracepoint passes (its btf_trace_<name> prototype minus the
+// context pointer); -1 when unknown.
+int tracepoint_args(const btf* vmlinux, const char* name) {
+  if (!vmlinux) return -1;
+  std::string type = std::string("btf_trace_") + name;
+  int id = btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF);
+  if (id < 0) return -1;
+  const btf_type* t = btf__type_by_id(vmlinux, btf__resolve_type(vmlinux, id));
+  if (!t || !btf_is_ptr(t)) return -1;
+  t = btf__type_by_id(vmlinux, t->type);
+  if (!t || !btf_is_func_proto(t)) return -1;
+  return static_cast<int>(btf_vlen(t)) - 1;
+}
+
 // Whether the running kernel has the raw tracepoint (its btf_trace_<name> type in vmlinux BTF).
 bool kernel_has_tracepoint(const btf* vmlinux, const char* name) {
   if (!vmlinux) return true;  // cannot tell: let the load decide
@@ -120,6 +134,8 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
       t->unavailable_.push_back(h.measures);
     }
   }
+  // tcp_retransmit_skb gained `int err` (fired for failed attempts too) in Linux 6.x.
+  t->skel_->rodata->retransmit_has_err = tracepoint_args(vmlinux, "tcp_retransmit_skb") >= 3;
   btf__free(vmlinux);
   if (int err = stallwatch_bpf__load(t->skel_)) {
     return load_error("loading the BPF programs into the kernel failed", -err);

@@ -1,8 +1,9 @@
 // cuda_workload: a CUDA-calling process for privileged tests. It dlopen()s libcudart (and
-// optionally libcuda) by path, the way frameworks load them, and makes an exact, known number of
-// calls through the real entry points with correctly typed arguments, so a test can compare the
-// daemon's histogram counts with what was done. Links only with -ldl -lpthread; no CUDA headers.
-// Works against the mocks in this folder; arguments are plausible but not valid on a real GPU.
+// optionally libcuda and libnccl) by path, the way frameworks load them, and makes an exact,
+// known number of calls through the real entry points with correctly typed arguments, so a test
+// can compare the daemon's histogram counts with what was done. Links only with -ldl -lpthread;
+// no CUDA or NCCL headers. Works against the mocks in this folder; arguments are plausible but
+// not valid on a real GPU. The NCCL calls live in workload_nccl.c.
 #define _GNU_SOURCE
 
 #include <dlfcn.h>
@@ -15,29 +16,50 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "workload_nccl.h"
+
 static const char kUsage[] =
-    "usage: cuda_workload --cudart PATH [--cuda PATH] [--calls SPEC] [--iterations N]\n"
-    "                     [--threads T] [--start-delay-ms D] [--ready-fd FD] [--go-fd FD]\n"
-    "                     [--spacing-us U]\n"
+    "usage: cuda_workload --cudart PATH [--cuda PATH] [--nccl PATH [--rank R --nranks N]]\n"
+    "                     [--calls SPEC] [--iterations N] [--threads T] [--start-delay-ms D]\n"
+    "                     [--ready-fd FD] [--go-fd FD] [--spacing-us U] [--wait-fd FD]\n"
+    "                     [--touch-kb K] [--leak-kb K]\n"
     "Loads CUDA libraries with dlopen and calls them through dlsym'd pointers.\n"
     "  --cudart PATH        libcudart to load (required)\n"
     "  --cuda PATH          libcuda to load as well (needed for cu* names)\n"
+    "  --nccl PATH          libnccl.so.2 to load as well (needed for nccl* names)\n"
+    "  --rank R --nranks N  after the go byte, ncclGetUniqueId and ncclCommInitRank(&comm, N,\n"
+    "                       id, R) once; every NCCL op in SPEC uses that communicator, and\n"
+    "                       ncclCommDestroy ends it before exit (needs --nccl; both or neither)\n"
     "  --calls SPEC         comma list of name:count, done in order by every thread on every\n"
     "                       iteration; a name is looked up in the cudart handle first, then\n"
-    "                       the cuda one (default "
-    "cudaMalloc:1,cudaLaunchKernel:10,cudaStreamSynchronize:10,cudaFree:1)\n"
+    "                       the cuda one, then the nccl one (default "
+    "cudaMalloc:1,cudaLaunchKernel:10,cudaStreamSynchronize:10,cudaFree:1).\n"
+    "                       NCCL ops (ncclAllReduce, ncclAllGather, ncclReduceScatter,\n"
+    "                       ncclBroadcast, ncclReduce, ncclAlltoAll, ncclSend, ncclRecv) move\n"
+    "                       count=1048576 ncclFloat32 (4 MiB) with ncclSum, root 0, peer\n"
+    "                       rank+-1; also ncclGroupStart/End, ncclCommUserRank/Count,\n"
+    "                       ncclGetVersion\n"
     "  --iterations N       times each thread runs SPEC (default 1)\n"
     "  --threads T          calling threads (default 1)\n"
     "  --start-delay-ms D   sleep after loading, before the first call (default 0)\n"
     "  --ready-fd FD        then write one byte 'r' to FD\n"
     "  --go-fd FD           then block until one byte is read from FD\n"
     "  --spacing-us U       sleep between two calls of the same thread (default 0)\n"
-    "Makes exactly sum(count) * N * T calls, prints 'calls=<total> threads=<T> pid=<pid>' and\n"
-    "exits 0. Exit 2: bad usage or a call name that is unknown or not exported; exit 1: a\n"
-    "library cannot be loaded, a thread cannot start, or the ready/go pipe fails.\n";
+    "  --wait-fd FD         each thread reads one byte from FD before each iteration (a\n"
+    "                       trainer waiting for its data loader); end of file is an error\n"
+    "  --touch-kb K         after each iteration, each thread maps K KiB of anonymous memory,\n"
+    "                       writes every page and unmaps it (host staging buffers)\n"
+    "  --leak-kb K          the same, but keeps the memory: resident size grows by K KiB per\n"
+    "                       iteration and thread (drives a memory-limited cgroup to OOM)\n"
+    "Makes exactly sum(count) * N * T calls (plus ncclGetUniqueId, ncclCommInitRank and\n"
+    "ncclCommDestroy with --rank), prints 'calls=<total> threads=<T> pid=<pid>' and exits 0.\n"
+    "Exit 2: bad usage or a call name that is unknown or not exported; exit 1: a library\n"
+    "cannot be loaded, a thread cannot start, ncclCommInitRank fails, or the ready/go/wait\n"
+    "pipe fails.\n";
 
 static const char kDefaultSpec[] =
     "cudaMalloc:1,cudaLaunchKernel:10,cudaStreamSynchronize:10,cudaFree:1";
@@ -96,8 +118,7 @@ static int kernel_arg = 42;
 static void* kernel_args[] = {&kernel_arg};
 
 // ---- one caller per signature: cast the symbol to its real type and call it ----
-// Each returns the CUDA status (0 on success).
-typedef int (*caller_fn)(void* sym, struct thread_ctx* c);
+// Each returns the CUDA status (0 on success). caller_fn is in workload_nccl.h.
 
 static int call_malloc(void* sym, struct thread_ctx* c) {
   void* p = NULL;
@@ -283,6 +304,10 @@ struct plan {
   size_t nsteps;
   unsigned long iterations;
   unsigned long spacing_us;
+  int needs_comm;          // an NCCL call in SPEC takes the communicator
+  long wait_fd;            // -1: none
+  unsigned long touch_kb;  // transient anonymous memory per iteration
+  unsigned long leak_kb;   // kept anonymous memory per iteration
 };
 
 static unsigned long long calls_made;  // updated with __atomic builtins
@@ -322,8 +347,8 @@ static caller_fn find_caller(const char* name) {
   return NULL;
 }
 
-// Parses SPEC ("name:count,...") and resolves every name, cudart first, then cuda.
-static void build_plan(char* spec, void* cudart, void* cuda, struct plan* p) {
+// Parses SPEC ("name:count,...") and resolves every name, cudart first, then cuda, then nccl.
+static void build_plan(char* spec, void* cudart, void* cuda, void* nccl, struct plan* p) {
   size_t max_steps = 1;
   for (const char* s = spec; *s != '\0'; ++s) max_steps += (*s == ',');
   p->steps = calloc(max_steps, sizeof(*p->steps));
@@ -341,18 +366,50 @@ static void build_plan(char* spec, void* cudart, void* cuda, struct plan* p) {
     st->name = item;
     st->count = parse_number(colon + 1, 1000000000UL, "--calls count");
     st->call = find_caller(item);
+    int needs_comm = 0;
+    if (st->call == NULL) st->call = nccl_find_caller(item, &needs_comm);
     if (st->call == NULL)
-      usage_error("unknown call '%s' (not a CUDA function this tool knows)", item);
+      usage_error("unknown call '%s' (not a CUDA or NCCL function this tool knows)", item);
+    p->needs_comm |= needs_comm;
     st->sym = dlsym(cudart, item);
     if (st->sym == NULL && cuda != NULL) st->sym = dlsym(cuda, item);
+    if (st->sym == NULL && nccl != NULL) st->sym = dlsym(nccl, item);
     if (st->sym == NULL) {
-      usage_error(cuda != NULL ? "'%s' is exported by neither --cudart nor --cuda"
-                               : "'%s' is not exported by --cudart (driver calls need --cuda)",
+      usage_error(strncmp(item, "nccl", 4) == 0
+                      ? "'%s' is not exported by --nccl (NCCL calls need --nccl)"
+                  : cuda != NULL ? "'%s' is exported by neither --cudart nor --cuda"
+                                 : "'%s' is not exported by --cudart (driver calls need --cuda)",
                   item);
     }
     p->nsteps++;
   }
   if (p->nsteps == 0) usage_error("--calls names no call");
+}
+
+// Maps `kb` KiB of anonymous memory and writes every page, so each page is charged to the
+// cgroup now (and may wait in its reclaim); unmaps it again unless `keep`.
+static void touch_memory(unsigned long kb, int keep) {
+  size_t len = (size_t)kb * 1024;
+  unsigned char* m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) {
+    perror("cuda_workload: mmap");
+    exit(1);
+  }
+  long page = sysconf(_SC_PAGESIZE);
+  for (size_t off = 0; off < len; off += (size_t)page) m[off] = (unsigned char)(off | 1);
+  if (!keep) munmap(m, len);
+}
+
+static void wait_byte(long fd) {
+  char b;
+  ssize_t n;
+  while ((n = read((int)fd, &b, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) {
+    fprintf(stderr, "cuda_workload: read --wait-fd %ld: %s\n", fd,
+            n == 0 ? "closed before the next byte" : strerror(errno));
+    exit(1);
+  }
 }
 
 static void* run_thread(void* arg) {
@@ -365,6 +422,7 @@ static void* run_thread(void* arg) {
   memset(ctx->src, 0xab, sizeof(ctx->src));
   int first = 1;
   for (unsigned long it = 0; it < p->iterations; ++it) {
+    if (p->wait_fd >= 0) wait_byte(p->wait_fd);
     for (size_t s = 0; s < p->nsteps; ++s) {
       const struct step* st = &p->steps[s];
       for (unsigned long n = 0; n < st->count; ++n) {
@@ -375,6 +433,8 @@ static void* run_thread(void* arg) {
         if (rc != 0) __atomic_fetch_add(&calls_failed, 1, __ATOMIC_RELAXED);
       }
     }
+    if (p->touch_kb > 0) touch_memory(p->touch_kb, 0);
+    if (p->leak_kb > 0) touch_memory(p->leak_kb, 1);
   }
   // Allocations still live are left to process exit: freeing them would take extra calls.
   free(ctx);
@@ -393,9 +453,11 @@ static void* load(const char* path, const char* flag) {
 int main(int argc, char** argv) {
   const char* cudart_path = NULL;
   const char* cuda_path = NULL;
+  const char* nccl_path = NULL;
   const char* spec_arg = kDefaultSpec;
   unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
-  long ready_fd = -1, go_fd = -1;
+  unsigned long touch_kb = 0, leak_kb = 0;
+  long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1;
 
   static const struct option kOptions[] = {
       {"cudart", required_argument, NULL, 'r'},
@@ -407,6 +469,12 @@ int main(int argc, char** argv) {
       {"ready-fd", required_argument, NULL, 'R'},
       {"go-fd", required_argument, NULL, 'G'},
       {"spacing-us", required_argument, NULL, 'u'},
+      {"nccl", required_argument, NULL, 'n'},
+      {"rank", required_argument, NULL, 'k'},
+      {"nranks", required_argument, NULL, 'N'},
+      {"wait-fd", required_argument, NULL, 'W'},
+      {"touch-kb", required_argument, NULL, 'T'},
+      {"leak-kb", required_argument, NULL, 'L'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -440,6 +508,24 @@ int main(int argc, char** argv) {
       case 'u':
         spacing_us = parse_number(optarg, 60000000UL, "--spacing-us");
         break;
+      case 'n':
+        nccl_path = optarg;
+        break;
+      case 'k':
+        rank = (long)parse_number(optarg, 1 << 20, "--rank");
+        break;
+      case 'N':
+        nranks = (long)parse_number(optarg, 1 << 20, "--nranks");
+        break;
+      case 'W':
+        wait_fd = (long)parse_number(optarg, 1 << 20, "--wait-fd");
+        break;
+      case 'T':
+        touch_kb = parse_number(optarg, 16UL << 20, "--touch-kb");
+        break;
+      case 'L':
+        leak_kb = parse_number(optarg, 16UL << 20, "--leak-kb");
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -451,16 +537,21 @@ int main(int argc, char** argv) {
   if (optind != argc) usage_error("unexpected argument '%s'", argv[optind]);
   if (cudart_path == NULL) usage_error("--cudart PATH is required");
   if (threads == 0) usage_error("--threads must be at least 1");
+  if ((rank >= 0) != (nranks >= 0)) usage_error("--rank and --nranks go together");
+  if (rank >= 0 && nccl_path == NULL) usage_error("--rank needs --nccl PATH");
+  if (nranks >= 0 && rank >= nranks) usage_error("--rank must be below --nranks");
 
   void* cudart = load(cudart_path, "--cudart");
   void* cuda = cuda_path != NULL ? load(cuda_path, "--cuda") : NULL;
+  void* nccl = nccl_path != NULL ? load(nccl_path, "--nccl") : NULL;
   char* spec = strdup(spec_arg);
   if (spec == NULL) {
     perror("cuda_workload: strdup");
     return 1;
   }
-  struct plan plan = {NULL, 0, iterations, spacing_us};
-  build_plan(spec, cudart, cuda, &plan);
+  struct plan plan = {NULL, 0, iterations, spacing_us, 0, wait_fd, touch_kb, leak_kb};
+  build_plan(spec, cudart, cuda, nccl, &plan);
+  if (plan.needs_comm && rank < 0) usage_error("NCCL calls in --calls need --rank and --nranks");
 
   if (start_delay_ms > 0) sleep_us(start_delay_ms * 1000);  // stands in for context creation
   signal(SIGPIPE, SIG_IGN);  // a vanished test then shows as EPIPE, not a silent death
@@ -485,6 +576,8 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (rank >= 0 && nccl_init_rank(nccl, (int)rank, (int)nranks) != 0) return 1;
+
   pthread_t* tids = calloc(threads, sizeof(*tids));
   if (tids == NULL) {
     perror("cuda_workload: calloc");
@@ -499,6 +592,7 @@ int main(int argc, char** argv) {
     }
   }
   for (unsigned long i = 0; i < threads; ++i) pthread_join(tids[i], NULL);
+  if (nccl != NULL && nccl_destroy(nccl) != 0) ++calls_failed;
 
   if (calls_failed != 0) {
     fprintf(stderr, "cuda_workload: warning: %llu of %llu calls returned an error\n", calls_failed,

@@ -251,10 +251,26 @@ TestCgroup::~TestCgroup() {
 pid_t spawn(const Spawn& s) {
   pid_t pid = fork();
   if (pid != 0) return pid;
-  if (!s.cgroup_dir.empty()) {
-    std::ofstream procs(s.cgroup_dir + "/cgroup.procs");
+  std::vector<std::string> cgroups = s.extra_cgroup_dirs;
+  if (!s.cgroup_dir.empty()) cgroups.insert(cgroups.begin(), s.cgroup_dir);
+  for (const auto& dir : cgroups) {
+    std::ofstream procs(dir + "/cgroup.procs");
     procs << getpid() << std::flush;
     if (!procs) _exit(126);
+  }
+  if (!s.netns.empty()) {
+    std::string path = s.netns[0] == '/' ? s.netns : "/var/run/netns/" + s.netns;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(126);
+    close(fd);
+  }
+  for (int fd : s.pass_fds) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags < 0 || fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) != 0) _exit(126);
+  }
+  if (!s.output_path.empty()) {
+    int fd = open(s.output_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
   }
   if (s.cpu >= 0) {
     cpu_set_t set;

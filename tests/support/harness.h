@@ -76,11 +76,19 @@ struct Spawn {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
   std::string cgroup_dir;  // join this cgroup before exec, when set
-  int cpu = -1;            // pin to this CPU before exec, when >= 0
-  std::string comm;        // set the process name before exec (for hogs), when set
+  // More cgroup directories to join (another hierarchy, e.g. a cgroup v1 memory cgroup).
+  std::vector<std::string> extra_cgroup_dirs;
+  // Join this network namespace before exec, when set: a name under /var/run/netns (as
+  // `ip netns add` makes) or an absolute path such as /proc/PID/ns/net.
+  std::string netns;
+  std::vector<int> pass_fds;  // keep these open across exec (the test makes its fds O_CLOEXEC)
+  std::string output_path;    // append stdout and stderr to this file, when set
+  int cpu = -1;               // pin to this CPU before exec, when >= 0
+  std::string comm;           // set the process name before exec (for hogs), when set
 };
 
-// Starts a child; the returned pid is in the cgroup and on the CPU before it runs the program.
+// Starts a child; the returned pid is in its cgroups, its network namespace and on its CPU
+// before it runs the program. A step that fails makes the child exit 126 without running it.
 pid_t spawn(const Spawn& s);
 // Waits (bounded) for a child; returns its exit status or -1 on timeout (then kills it).
 int wait_exit(pid_t pid, std::chrono::seconds limit = std::chrono::seconds(60));

@@ -1,0 +1,169 @@
+// Privileged tier, NCCL: the real daemon traces the mock libnccl.so.2 (real symbols and
+// signatures) in two "ranks" of one job, each in its own cgroup. Per-rank histograms count every
+// collective exactly with the rank and world size learnt from ncclCommInitRank, bytes are
+// count x element size, and a rank whose collectives take 20x its peer's is named by an
+// nccl_straggler chain; two balanced ranks open none.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <iostream>
+
+#include "support/evidence.h"
+#include "support/harness.h"
+#include "support/process.h"
+
+namespace stallwatch::test {
+namespace {
+
+const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
+constexpr int kCalls = 150;                      // ncclAllReduce calls per rank
+constexpr double kBytesPerCall = 1048576.0 * 4;  // count x sizeof(float)
+constexpr int kPeriodUs = 20000;                 // one collective per ~20 ms
+
+std::string unique(const std::string& name) {
+  return "stallwatch-nccl-" + std::to_string(getpid()) + "/" + name;
+}
+
+class Nccl : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    daemon_ = new Daemon({"--window", "500ms"});
+    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
+    delete daemon_;
+  }
+
+  // One rank: ncclCommInitRank(rank, 2) after a 500 ms start delay (the library is traced by
+  // then), kCalls ncclAllReduce each taking op_us, paced to one per kPeriodUs so that both
+  // ranks run side by side for ~3 s (several windows).
+  static Child start_rank(const TestCgroup& cg, int rank, int op_us) {
+    Spawn s;
+    s.argv = {WORKLOAD_BIN,
+              "--cudart",
+              kCudart,
+              "--nccl",
+              MOCK_NCCL_PATH,
+              "--rank",
+              std::to_string(rank),
+              "--nranks",
+              "2",
+              "--calls",
+              "ncclAllReduce:1",
+              "--iterations",
+              std::to_string(kCalls),
+              "--start-delay-ms",
+              "500"};
+    if (op_us < kPeriodUs) {
+      s.argv.insert(s.argv.end(), {"--spacing-us", std::to_string(kPeriodUs - op_us)});
+    }
+    s.env = {{"MOCK_NCCL_OP_US", std::to_string(op_us)}};
+    s.cgroup_dir = cg.dir();
+    return Child(s);
+  }
+
+  static std::map<std::string, std::string> op_labels(const TestCgroup& cg, int rank) {
+    return {{"cgroup", cg.label()},
+            {"op", "ncclAllReduce"},
+            {"rank", std::to_string(rank)},
+            {"world_size", "2"}};
+  }
+
+  static Daemon* daemon_;
+};
+Daemon* Nccl::daemon_ = nullptr;
+
+TEST_F(Nccl, SlowRankHasExactPerRankHistogramsAndIsNamedByAStragglerChain) {
+  TestCgroup fast(unique("rank0")), slow(unique("rank1"));
+  Child r0 = start_rank(fast, 0, 1000);
+  Child r1 = start_rank(slow, 1, 20000);
+
+  // The straggler chain opens while the ranks run (bounded by the run itself plus slack).
+  double chains = 0;
+  poll_until(
+      [&] {
+        chains = chains_total(parse_exposition(daemon_->metrics()), slow.label(), "nccl_straggler");
+        return chains > 0 || (!r0.running() && !r1.running());
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(200));
+  ASSERT_EQ(r0.wait(std::chrono::seconds(60)), 0);
+  ASSERT_EQ(r1.wait(std::chrono::seconds(60)), 0);
+  ASSERT_TRUE(daemon_->wait_windows()) << daemon_->log_path();
+  std::string metrics = daemon_->metrics();
+  auto s = parse_exposition(metrics);
+
+  // Exact counts and bytes per rank, under the rank and world size learnt at init.
+  const std::string count = "stallwatch_nccl_op_duration_seconds_count";
+  EXPECT_EQ(find_sample(s, count, op_labels(fast, 0)), kCalls) << metrics;
+  EXPECT_EQ(find_sample(s, count, op_labels(slow, 1)), kCalls) << metrics;
+  EXPECT_EQ(find_sample(s, "stallwatch_nccl_op_bytes_total", op_labels(fast, 0)),
+            kCalls * kBytesPerCall);
+  EXPECT_EQ(find_sample(s, "stallwatch_nccl_op_bytes_total", op_labels(slow, 1)),
+            kCalls * kBytesPerCall);
+  auto bucket_inf = op_labels(slow, 1);
+  bucket_inf["le"] = "+Inf";
+  EXPECT_EQ(find_sample(s, "stallwatch_nccl_op_duration_seconds_bucket", bucket_inf), kCalls);
+  // Nothing else was attributed to either rank: no series under another rank or an unknown one.
+  EXPECT_EQ(sum_samples(s, count, {{"cgroup", fast.label()}}), kCalls);
+  EXPECT_EQ(sum_samples(s, count, {{"cgroup", slow.label()}}), kCalls);
+  // Durations: each slow call sleeps 20 ms, each fast one 1 ms.
+  double slow_sum =
+      find_sample(s, "stallwatch_nccl_op_duration_seconds_sum", op_labels(slow, 1)).value_or(0);
+  double fast_sum =
+      find_sample(s, "stallwatch_nccl_op_duration_seconds_sum", op_labels(fast, 0)).value_or(0);
+  EXPECT_GE(slow_sum, kCalls * 0.020);
+  EXPECT_GE(fast_sum, kCalls * 0.001);
+  EXPECT_LT(fast_sum, slow_sum / 5);
+
+  // Every NCCL call is also a call of the api="nccl" family, setup included.
+  auto call_count = [&](const TestCgroup& cg, const std::string& call) {
+    return find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
+                       {{"cgroup", cg.label()}, {"api", "nccl"}, {"call", call}});
+  };
+  for (const TestCgroup* cg : {&fast, &slow}) {
+    EXPECT_EQ(call_count(*cg, "ncclAllReduce"), kCalls) << cg->label();
+    EXPECT_EQ(call_count(*cg, "ncclCommInitRank"), 1) << cg->label();
+    EXPECT_EQ(call_count(*cg, "ncclCommDestroy"), 1) << cg->label();
+  }
+
+  // The chain names the slow rank's cgroup, and only that one.
+  std::string raw;
+  auto found = wait_chain(*daemon_, "nccl_straggler", slow.label(), std::chrono::seconds(20), &raw);
+  EXPECT_GT(chains, 0) << "no nccl_straggler chain in the metrics while the ranks ran:\n"
+                       << metrics;
+  if (!found.empty()) std::cout << "straggler chain: " << found[0].json.substr(0, 600) << "\n";
+  ASSERT_FALSE(found.empty()) << "explain has no nccl_straggler chain for " << slow.label() << ":\n"
+                              << raw;
+  EXPECT_TRUE(chains_of(explain_chains(*daemon_), "nccl_straggler", fast.label()).empty())
+      << "the fast rank is not the straggler: " << raw;
+  EXPECT_EQ(chains_total(s, fast.label(), "nccl_straggler"), 0) << metrics;
+}
+
+TEST_F(Nccl, BalancedRanksOpenNoStragglerChain) {
+  TestCgroup a(unique("even0")), b(unique("even1"));
+  Child r0 = start_rank(a, 0, 1000);
+  Child r1 = start_rank(b, 1, 1000);
+  ASSERT_EQ(r0.wait(std::chrono::seconds(60)), 0);
+  ASSERT_EQ(r1.wait(std::chrono::seconds(60)), 0);
+  // Windows enough for a chain to have opened (the positive test sees one within the run).
+  ASSERT_TRUE(daemon_->wait_windows(4)) << daemon_->log_path();
+  std::string metrics = daemon_->metrics();
+  auto s = parse_exposition(metrics);
+  // Traced, and counted exactly: the negative is not a blind spot.
+  EXPECT_EQ(find_sample(s, "stallwatch_nccl_op_duration_seconds_count", op_labels(a, 0)), kCalls)
+      << metrics;
+  EXPECT_EQ(find_sample(s, "stallwatch_nccl_op_duration_seconds_count", op_labels(b, 1)), kCalls)
+      << metrics;
+  EXPECT_EQ(chains_total(s, a.label(), "nccl_straggler"), 0) << metrics;
+  EXPECT_EQ(chains_total(s, b.label(), "nccl_straggler"), 0) << metrics;
+  std::string raw;
+  auto chains = explain_chains(*daemon_, &raw);
+  EXPECT_TRUE(chains_of(chains, "nccl_straggler", a.label()).empty()) << raw;
+  EXPECT_TRUE(chains_of(chains, "nccl_straggler", b.label()).empty()) << raw;
+}
+
+}  // namespace
+}  // namespace stallwatch::test
+
+int main(int argc, char** argv) { return stallwatch::test::run_privileged_tests(argc, argv); }

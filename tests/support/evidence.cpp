@@ -1,0 +1,89 @@
+#include "support/evidence.h"
+
+#include <algorithm>
+#include <regex>
+
+#include "support/process.h"
+
+namespace stallwatch::test {
+
+double sum_samples(const std::vector<Sample>& samples, const std::string& name,
+                   const std::map<std::string, std::string>& match) {
+  double total = 0;
+  for (const auto& s : samples) {
+    if (s.name != name) continue;
+    bool ok = true;
+    for (const auto& [k, v] : match) {
+      auto it = s.labels.find(k);
+      ok = ok && it != s.labels.end() && it->second == v;
+    }
+    if (ok) total += s.value;
+  }
+  return total;
+}
+
+bool wait_traced(const Daemon& daemon, const std::string& cgroup, std::chrono::seconds limit) {
+  return poll_until(
+      [&] {
+        auto s = parse_exposition(daemon.metrics());
+        return sum_samples(s, "stallwatch_cuda_call_duration_seconds_count", {{"cgroup", cgroup}}) >
+               0;
+      },
+      limit);
+}
+
+std::vector<ChainInfo> explain_chains(const Daemon& daemon, std::string* raw) {
+  std::string out;
+  run_command({STALLWATCH_BIN, "explain", "--db", daemon.db_path(), "--since", "1h", "--json"},
+              &out, std::chrono::seconds(30));
+  if (raw) *raw = out;
+  std::vector<ChainInfo> chains;
+  // Each chain object starts {"id":..,"kind":..,"severity":..,"peak":..,"open":..,"cgroup":..
+  static const std::regex re(
+      R"re(\{"id":"[^"]*","kind":"([^"]*)","severity":"([^"]*)","peak":"[^"]*","open":(true|false),"cgroup":"((?:[^"\\]|\\.)*)")re");
+  auto begin = std::sregex_iterator(out.begin(), out.end(), re);
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    ChainInfo c;
+    c.kind = m[1];
+    c.severity = m[2];
+    c.open = m[3] == "true";
+    c.cgroup = m[4];
+    // The object runs to the next chain's start (or the end of the array): enough context.
+    size_t start = static_cast<size_t>(m.position(0));
+    size_t next = out.find("{\"id\":", start + 1);
+    size_t end = out.find("],\"traced\"", start);
+    c.json = out.substr(start, std::min(next, end) - start);
+    chains.push_back(std::move(c));
+  }
+  return chains;
+}
+
+std::vector<ChainInfo> chains_of(const std::vector<ChainInfo>& chains, const std::string& kind,
+                                 const std::string& cgroup) {
+  std::vector<ChainInfo> out;
+  for (const auto& c : chains) {
+    if (c.kind == kind && c.cgroup == cgroup) out.push_back(c);
+  }
+  return out;
+}
+
+double chains_total(const std::vector<Sample>& samples, const std::string& cgroup,
+                    const std::string& kind) {
+  return sum_samples(samples, "stallwatch_chains_total", {{"cgroup", cgroup}, {"kind", kind}});
+}
+
+std::vector<ChainInfo> wait_chain(const Daemon& daemon, const std::string& kind,
+                                  const std::string& cgroup, std::chrono::seconds limit,
+                                  std::string* raw) {
+  std::vector<ChainInfo> found;
+  poll_until(
+      [&] {
+        found = chains_of(explain_chains(daemon, raw), kind, cgroup);
+        return !found.empty();
+      },
+      limit, std::chrono::milliseconds(500));
+  return found;
+}
+
+}  // namespace stallwatch::test

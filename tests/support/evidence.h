@@ -1,0 +1,44 @@
+// What the daemon says about a workload, for the privileged tests: sums over exposition samples,
+// "is this cgroup traced yet", and the causal chains as `stallwatch explain --json` reports
+// them (read from the daemon's store by a separate process). Every wait is bounded.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "support/harness.h"
+
+namespace stallwatch::test {
+
+// The sum of every sample named `name` whose labels include `match` (0 when there is none).
+double sum_samples(const std::vector<Sample>& samples, const std::string& name,
+                   const std::map<std::string, std::string>& match);
+
+// Waits until the daemon exports CUDA calls made in `cgroup`: from then on the cgroup is one
+// the daemon traces host events for.
+bool wait_traced(const Daemon& daemon, const std::string& cgroup,
+                 std::chrono::seconds limit = std::chrono::seconds(30));
+
+// One chain of `stallwatch explain --json`.
+struct ChainInfo {
+  std::string kind, severity, cgroup;
+  bool open = false;
+  std::string json;  // the whole chain object, for messages
+};
+// Runs `stallwatch explain --db <daemon's db> --since 1h --json`; *raw gets its output.
+std::vector<ChainInfo> explain_chains(const Daemon& daemon, std::string* raw = nullptr);
+// The chains of exactly this kind and cgroup label.
+std::vector<ChainInfo> chains_of(const std::vector<ChainInfo>& chains, const std::string& kind,
+                                 const std::string& cgroup);
+// stallwatch_chains_total summed over severities for this cgroup and kind.
+double chains_total(const std::vector<Sample>& samples, const std::string& cgroup,
+                    const std::string& kind);
+// Waits (bounded) until explain reports a chain of `kind` for `cgroup`; returns the chains
+// then seen (empty on timeout) and the last explain output in *raw.
+std::vector<ChainInfo> wait_chain(const Daemon& daemon, const std::string& kind,
+                                  const std::string& cgroup, std::chrono::seconds limit,
+                                  std::string* raw = nullptr);
+
+}  // namespace stallwatch::test
