@@ -39,6 +39,42 @@ struct HttpServer::Handlers {
   Handler metrics, healthz, debug;
 };
 
+// The host evidence of a series (issue 4): what explains a memory, I/O, network or NCCL chain,
+// by process where the snapshot has it.
+static void host_json(std::ostringstream& o, const Series& s) {
+  auto calls = trace::all_calls();
+  o << ",\"starvation_ratio\":" << json_number(s.starvation_ratio) << ",\"reclaim\":{\"direct_ns\":"
+    << s.reclaim.direct_ns << ",\"direct_count\":" << s.reclaim.direct_count
+    << ",\"memcg_ns\":" << s.reclaim.memcg_ns << ",\"memcg_count\":" << s.reclaim.memcg_count
+    << ",\"cuda_ns\":" << s.reclaim.cuda_ns << "},\"oom_kills\":" << s.oom_kills
+    << ",\"oom_kills_cuda\":" << s.oom_kills_cuda << ",\"oom_victims\":[";
+  for (size_t i = 0; i < s.oom_victims.size(); ++i) {
+    const OomKill& k = s.oom_victims[i];
+    o << (i ? "," : "") << "{\"pid\":" << k.pid << ",\"comm\":" << json_string(k.comm)
+      << ",\"cuda\":" << (k.cuda ? "true" : "false") << ",\"at_ns\":" << k.at_ns << "}";
+  }
+  o << "],\"tcp_retransmits\":{\"ipv4\":" << s.tcp_retransmits_ipv4
+    << ",\"ipv6\":" << s.tcp_retransmits_ipv6 << "},\"io_processes\":[";
+  for (size_t i = 0; i < s.io_processes.size(); ++i) {
+    const ProcessIo& p = s.io_processes[i];
+    o << (i ? "," : "") << "{\"pid\":" << p.pid << ",\"comm\":" << json_string(p.comm)
+      << ",\"device\":" << json_string(p.key.device) << ",\"op\":" << json_string(p.key.op)
+      << ",\"count\":" << p.totals.count << ",\"bytes\":" << p.totals.bytes
+      << ",\"sum_ns\":" << p.totals.sum_ns << "}";
+  }
+  o << "],\"nccl_processes\":[";
+  bool first = true;
+  for (const ProcessNccl& p : s.nccl_processes) {
+    if (p.key.call_id >= calls.size()) continue;
+    o << (first ? "" : ",") << "{\"pid\":" << p.pid
+      << ",\"op\":" << json_string(calls[p.key.call_id].name) << ",\"rank\":" << p.key.rank
+      << ",\"world_size\":" << p.key.world_size << ",\"count\":" << p.totals.count
+      << ",\"bytes\":" << p.totals.bytes << ",\"sum_ns\":" << p.totals.sum_ns << "}";
+    first = false;
+  }
+  o << "]";
+}
+
 std::string snapshot_json(const Snapshot& snap) {
   auto calls = trace::all_calls();
   std::ostringstream o;
@@ -88,7 +124,9 @@ std::string snapshot_json(const Snapshot& snap) {
         << ",\"runnable_ns\":" << p.runnable_ns << ",\"count\":" << p.count << "}";
       fc = false;
     }
-    o << "]}";
+    o << "]";
+    host_json(o, s);
+    o << "}";
   }
   o << "]}\n";
   return o.str();

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "trace/map_iter.h"
 #include "trace/tracer.h"
 
 extern "C" {
@@ -21,22 +22,6 @@ namespace stallwatch::trace {
 namespace {
 
 constexpr size_t kTopPreemptors = 10;
-
-// Iterates a hash map: fn(key, value) returns true to delete the entry after reading it.
-template <typename K, typename V, typename Fn>
-void for_each_entry(int fd, Fn&& fn) {
-  K key{}, next{};
-  V value{};
-  std::vector<K> doomed;
-  const K* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    key = next;
-    prev = &key;
-    if (bpf_map_lookup_elem(fd, &key, &value) != 0) continue;  // deleted meanwhile
-    if (fn(key, value)) doomed.push_back(key);
-  }
-  for (const auto& k : doomed) bpf_map_delete_elem(fd, &k);
-}
 
 CallTotals totals_of(const call_stats& s) {
   CallTotals t;

@@ -9,6 +9,7 @@
 
 #include "host/pressure.h"
 #include "trace/collector.h"
+#include "trace/map_iter.h"
 #include "trace/tracer.h"
 
 extern "C" {
@@ -21,21 +22,6 @@ namespace {
 constexpr size_t kMaxOomVictims = 16;
 // (rank, world_size) pairs per series and op before further ones fold into rank "" (-1).
 constexpr size_t kMaxRanksPerOp = 64;
-
-template <typename K, typename V, typename Fn>
-void for_each_entry(int fd, Fn&& fn) {
-  K key{}, next{};
-  V value{};
-  std::vector<K> doomed;
-  const K* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    key = next;
-    prev = &key;
-    if (bpf_map_lookup_elem(fd, &key, &value) != 0) continue;
-    if (fn(key, value)) doomed.push_back(key);
-  }
-  for (const auto& k : doomed) bpf_map_delete_elem(fd, &k);
-}
 
 template <typename T, typename S>
 T histogram_of(const S& s) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "identity/cgroup_identity.h"
+#include "metrics/http_server.h"
 #include "trace/calls.h"
 
 namespace stallwatch::metrics {
@@ -520,6 +521,44 @@ ToolRun promtool_check(const std::string& tool, const std::string& text) {
   run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::filesystem::remove(input);
   return run;
+}
+
+// /debug/snapshot carries the host evidence per series, pids and comms included (never labels).
+TEST(ExpositionHostTest, DebugSnapshotJsonHasTheHostEvidence) {
+  Snapshot snap = host_snapshot();
+  Series& pod = snap.series[kContainerCgroup];
+  ProcessIo io;
+  io.pid = 77;
+  io.comm = "pt_data_worker";
+  io.key = IoKey{"nvme0n1", "read"};
+  io.totals.count = 3;
+  io.totals.bytes = 12288;
+  io.totals.sum_ns = 6'000'000;
+  pod.io_processes.push_back(io);
+  NcclTotals t;
+  t.count = 2;
+  t.bytes = 8'388'608;
+  t.sum_ns = 750'000'000;
+  pod.nccl_processes.push_back(ProcessNccl{88, NcclKey{call_id("ncclAllReduce"), 1, 4}, t});
+  const std::string json = snapshot_json(snap);
+  EXPECT_NE(json.find("\"starvation_ratio\":0.375"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"reclaim\":{\"direct_ns\":1500000000,\"direct_count\":3,\"memcg_ns\":"
+                      "250000000,\"memcg_count\":7,\"cuda_ns\":100000000}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"oom_kills\":3,\"oom_kills_cuda\":1,\"oom_victims\":[{\"pid\":4242,"
+                      "\"comm\":\"python\",\"cuda\":true"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"tcp_retransmits\":{\"ipv4\":5,\"ipv6\":2}"), std::string::npos) << json;
+  EXPECT_NE(json.find("{\"pid\":77,\"comm\":\"pt_data_worker\",\"device\":\"nvme0n1\",\"op\":"
+                      "\"read\",\"count\":3,\"bytes\":12288,\"sum_ns\":6000000}"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("{\"pid\":88,\"op\":\"ncclAllReduce\",\"rank\":1,\"world_size\":4,"
+                      "\"count\":2,\"bytes\":8388608,\"sum_ns\":750000000}"),
+            std::string::npos)
+      << json;
 }
 
 TEST(ExpositionPromtoolTest, SyntheticSnapshotPassesLint) {
