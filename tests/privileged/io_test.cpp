@@ -28,18 +28,10 @@ std::string unique(const std::string& name) {
   return "stallwatch-io-" + std::to_string(getpid()) + "/" + name;
 }
 
-class Io : public ::testing::Test {
+class Io : public DaemonSuite {
  protected:
-  static void SetUpTestSuite() {
-    daemon_ = new Daemon({"--window", "500ms"});
-    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
-    delete daemon_;
-  }
-
   void SetUp() override {
+    DaemonSuite::SetUp();
     dir_ = block_backed_dir();
     if (dir_.empty()) GTEST_SKIP() << "no directory on a block device (everything is tmpfs)";
     device_ = block_device_of(dir_);
@@ -57,8 +49,7 @@ class Io : public ::testing::Test {
   // Keeps the cgroup CUDA-issuing (and so traced): a launch every 5 ms for up to a minute.
   static Child start_keeper(const TestCgroup& cg) {
     Spawn s;
-    s.argv = {WORKLOAD_BIN,         "--cudart",     kCudart, "--start-delay-ms", "300", "--calls",
-              "cudaLaunchKernel:1", "--iterations", "12000", "--spacing-us",     "5000"};
+    s.argv = keeper_argv();
     s.cgroup_dir = cg.dir();
     return Child(s);
   }
@@ -138,11 +129,9 @@ class Io : public ::testing::Test {
     return ratios;
   }
 
-  static Daemon* daemon_;
   std::string dir_, device_, log_;
   std::vector<std::string> files_;
 };
-Daemon* Io::daemon_ = nullptr;
 
 TEST_F(Io, DirectReadsAndSyncedWritesCountPerDeviceInTheWorkersCgroup) {
   TestCgroup cg(unique("direct"));

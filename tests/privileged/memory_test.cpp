@@ -28,7 +28,7 @@ std::string unique(const std::string& name) {
   return "stallwatch-mem-" + std::to_string(getpid()) + "/" + name;
 }
 
-class Memory : public ::testing::Test {
+class Memory : public DaemonSuite {
  protected:
   static void SetUpTestSuite() {
     std::string dir = block_backed_dir();
@@ -39,20 +39,12 @@ class Memory : public ::testing::Test {
     Spawn create;
     create.argv = {DATA_WORKER_BIN, "--file", *file_, "--create-mb", std::to_string(kFileMiB)};
     ASSERT_EQ(Child(create).wait(std::chrono::seconds(120)), 0);
-    daemon_ = new Daemon({"--window", "500ms"});
-    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
+    DaemonSuite::SetUpTestSuite();
   }
   static void TearDownTestSuite() {
-    if (daemon_) {
-      EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
-      delete daemon_;
-    }
+    DaemonSuite::TearDownTestSuite();
     if (file_) unlink(file_->c_str());
     delete file_;
-  }
-
-  void SetUp() override {
-    ASSERT_NE(daemon_, nullptr) << "suite setup failed (test file or daemon)";
   }
 
   // A CUDA workload that keeps its cgroup traced: a sync every 5 ms for up to 2 minutes.
@@ -60,17 +52,7 @@ class Memory : public ::testing::Test {
   // buffers), so its own thread charges the cgroup and can land in reclaim.
   static Child start_cuda(const MemoryCgroup& cg, int touch_kb = 0) {
     Spawn s;
-    s.argv = {WORKLOAD_BIN,
-              "--cudart",
-              kCudart,
-              "--start-delay-ms",
-              "300",
-              "--calls",
-              "cudaLaunchKernel:1,cudaStreamSynchronize:1",
-              "--iterations",
-              "12000",
-              "--spacing-us",
-              "5000"};
+    s.argv = keeper_argv();
     if (touch_kb > 0) s.argv.insert(s.argv.end(), {"--touch-kb", std::to_string(touch_kb)});
     cg.place(s);
     return Child(s);
@@ -91,10 +73,8 @@ class Memory : public ::testing::Test {
     return sum_samples(s, family, {{"cgroup", cgroup}, {"kind", kind}});
   }
 
-  static Daemon* daemon_;
   static std::string* file_;
 };
-Daemon* Memory::daemon_ = nullptr;
 std::string* Memory::file_ = nullptr;
 
 TEST_F(Memory, ReadingPastTheLimitIsMemcgReclaimOfThatCgroupAndOpensAMemoryPressureChain) {

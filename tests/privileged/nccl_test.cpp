@@ -24,17 +24,8 @@ std::string unique(const std::string& name) {
   return "stallwatch-nccl-" + std::to_string(getpid()) + "/" + name;
 }
 
-class Nccl : public ::testing::Test {
+class Nccl : public DaemonSuite {
  protected:
-  static void SetUpTestSuite() {
-    daemon_ = new Daemon({"--window", "500ms"});
-    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
-    delete daemon_;
-  }
-
   // One rank: ncclCommInitRank(rank, 2) after a 500 ms start delay (the library is traced by
   // then), kCalls ncclAllReduce each taking op_us, paced to one per kPeriodUs so that both
   // ranks run side by side for ~3 s (several windows).
@@ -70,9 +61,7 @@ class Nccl : public ::testing::Test {
             {"world_size", "2"}};
   }
 
-  static Daemon* daemon_;
 };
-Daemon* Nccl::daemon_ = nullptr;
 
 TEST_F(Nccl, SlowRankHasExactPerRankHistogramsAndIsNamedByAStragglerChain) {
   TestCgroup fast(unique("rank0")), slow(unique("rank1"));

@@ -18,7 +18,6 @@
 namespace stallwatch::test {
 namespace {
 
-const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
 constexpr long kBytes = 8L << 20;
 constexpr int kPort = 5201;
 
@@ -26,30 +25,11 @@ std::string unique(const std::string& name) {
   return "stallwatch-net-" + std::to_string(getpid()) + "/" + name;
 }
 
-class Net : public ::testing::Test {
+class Net : public DaemonSuite {
  protected:
-  static void SetUpTestSuite() {
-    daemon_ = new Daemon({"--window", "500ms"});
-    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
-  }
-  static void TearDownTestSuite() {
-    EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
-    delete daemon_;
-  }
-
   static Child start_keeper(const TestCgroup& cg) {
     Spawn s;
-    s.argv = {WORKLOAD_BIN,
-              "--cudart",
-              kCudart,
-              "--start-delay-ms",
-              "300",
-              "--calls",
-              "cudaLaunchKernel:1,cudaStreamSynchronize:1",
-              "--iterations",
-              "12000",
-              "--spacing-us",
-              "5000"};
+    s.argv = keeper_argv();
     s.cgroup_dir = cg.dir();
     return Child(s);
   }
@@ -105,9 +85,7 @@ class Net : public ::testing::Test {
     return std::stol(m[1]);
   }
 
-  static Daemon* daemon_;
 };
-Daemon* Net::daemon_ = nullptr;
 
 TEST_F(Net, RetransmitsCountOnTheSendersCgroupAndNotOnALosslessControl) {
   int id = getpid() % 100000;

@@ -86,4 +86,35 @@ std::vector<ChainInfo> wait_chain(const Daemon& daemon, const std::string& kind,
   return found;
 }
 
+std::vector<std::string> keeper_argv() {
+  return {WORKLOAD_BIN,
+          "--cudart",
+          std::string(MOCK_DIR) + "/libcudart.so.12",
+          "--start-delay-ms",
+          "300",
+          "--calls",
+          "cudaLaunchKernel:1,cudaStreamSynchronize:1",
+          "--iterations",
+          "12000",
+          "--spacing-us",
+          "5000"};
+}
+
+Daemon* DaemonSuite::daemon_ = nullptr;
+
+void DaemonSuite::SetUpTestSuite() {
+  daemon_ = new Daemon({"--window", "500ms"});
+  ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
+}
+
+void DaemonSuite::TearDownTestSuite() {
+  if (!daemon_) return;
+  EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
+  delete daemon_;
+  daemon_ = nullptr;
+}
+
+void DaemonSuite::SetUp() { ASSERT_NE(daemon_, nullptr) << "suite setup failed"; }
+
 }  // namespace stallwatch::test
+

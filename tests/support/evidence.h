@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "support/harness.h"
 
 namespace stallwatch::test {
@@ -40,5 +42,19 @@ double chains_total(const std::vector<Sample>& samples, const std::string& cgrou
 std::vector<ChainInfo> wait_chain(const Daemon& daemon, const std::string& kind,
                                   const std::string& cgroup, std::chrono::seconds limit,
                                   std::string* raw = nullptr);
+
+// argv of a CUDA workload that keeps a cgroup watched (host hooks work only for cgroups with
+// CUDA-issuing threads): a launch and a sync every 5 ms for up to a minute. Set cgroup_dir.
+std::vector<std::string> keeper_argv();
+
+// One daemon (500 ms windows) shared by the tests of a suite; a suite with more setup defines
+// its own SetUpTestSuite and calls DaemonSuite::SetUpTestSuite from it.
+class DaemonSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
+  void SetUp() override;
+  static Daemon* daemon_;
+};
 
 }  // namespace stallwatch::test
