@@ -36,7 +36,7 @@ class Net : public DaemonSuite {
 
   // One transfer of kBytes from `cg` (sender namespace) to the receiver namespace; returns the
   // sender's own retransmit count (TCP_INFO), or -1 when the transfer failed.
-  static long transfer(const NetnsPair& pair, const TestCgroup& cg) {
+  static long transfer(const NetnsPair& pair, const TestCgroup& cg, bool ipv6 = false) {
     std::string out = "/tmp/stallwatch-net-" + std::to_string(getpid()) + ".log";
     unlink(out.c_str());
     Pipe ready;
@@ -58,7 +58,8 @@ class Net : public DaemonSuite {
     Spawn s;
     s.argv = {TCP_PEER_BIN,
               "--send",
-              pair.receiver_addr() + ":" + std::to_string(kPort),
+              (ipv6 ? "[" + pair.receiver_addr6() + "]" : pair.receiver_addr()) + ":" +
+                  std::to_string(kPort),
               "--bytes",
               std::to_string(kBytes),
               "--timeout-s",
@@ -91,7 +92,7 @@ TEST_F(Net, RetransmitsCountOnTheSendersCgroupAndNotOnALosslessControl) {
   int id = getpid() % 100000;
   NetnsPair pair("sw" + std::to_string(id) + "-", id % 250, 0);
   ASSERT_TRUE(pair.ok()) << pair.error();
-  TestCgroup control(unique("control")), lossy(unique("lossy"));
+  TestCgroup control(unique("control")), lossy(unique("lossy")), lossy6(unique("lossy6"));
 
   // Control: the same link, no drops.
   Child keeper = start_keeper(control);
@@ -108,6 +109,13 @@ TEST_F(Net, RetransmitsCountOnTheSendersCgroupAndNotOnALosslessControl) {
   std::uint64_t dropped = pair.dropped_packets();
   ASSERT_GT(lossy_retrans, 0) << "the drop rule caused no retransmit (dropped " << dropped << ")";
   ASSERT_GT(dropped, 0u);
+  keeper.stop();
+
+  // The same drops over IPv6 (the inet table matches both), from a third cgroup.
+  keeper = start_keeper(lossy6);
+  ASSERT_TRUE(wait_traced(*daemon_, lossy6.label())) << daemon_->log_path();
+  long lossy6_retrans = transfer(pair, lossy6, true);
+  ASSERT_GT(lossy6_retrans, 0) << "no IPv6 retransmit";
 
   ASSERT_TRUE(daemon_->wait_windows()) << daemon_->log_path();
   std::string metrics = daemon_->metrics();
@@ -125,6 +133,9 @@ TEST_F(Net, RetransmitsCountOnTheSendersCgroupAndNotOnALosslessControl) {
   EXPECT_GE(retrans(lossy, "ipv4").value_or(0), lossy_retrans);
   EXPECT_LE(retrans(lossy, "ipv4").value_or(0), lossy_retrans + 3);
   EXPECT_EQ(retrans(lossy, "ipv6").value_or(0), 0);
+  EXPECT_GE(retrans(lossy6, "ipv6").value_or(0), lossy6_retrans) << metrics;
+  EXPECT_LE(retrans(lossy6, "ipv6").value_or(0), lossy6_retrans + 3);
+  EXPECT_EQ(retrans(lossy6, "ipv4").value_or(0), 0);
   // The control: lossless, so no retransmit of its own (TCP_INFO), and none of the lossy
   // sender's attributed to it (no sample at all, or zeros).
   EXPECT_EQ(control_retrans, 0) << "retransmits without drops: the control is not lossless";
@@ -137,8 +148,9 @@ TEST_F(Net, RetransmitsCountOnTheSendersCgroupAndNotOnALosslessControl) {
   auto chains = chains_of(explain_chains(*daemon_, &raw), "network_retransmit", lossy.label());
   std::cout << "network_retransmit chains for " << lossy.label() << ": " << chains.size()
             << " (sender retransmits " << lossy_retrans << ", daemon "
-            << retrans(lossy, "ipv4").value_or(0) << "; control " << control_retrans << ", daemon "
-            << retrans(control, "ipv4").value_or(0) << ")\n";
+            << retrans(lossy, "ipv4").value_or(0) << "; IPv6 sender " << lossy6_retrans
+            << ", daemon " << retrans(lossy6, "ipv6").value_or(0) << "; control " << control_retrans
+            << ", daemon " << retrans(control, "ipv4").value_or(0) << ")\n";
 }
 
 }  // namespace

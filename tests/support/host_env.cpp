@@ -190,6 +190,9 @@ NetnsPair::NetnsPair(const std::string& prefix, int subnet, int drop_percent)
   std::string net = "10.253." + std::to_string(subnet & 0xff) + ".";
   addr_a_ = net + "1";
   addr_b_ = net + "2";
+  const std::string net6 = "fd53:253:" + std::to_string(subnet & 0xff) + "::";
+  addr6_a_ = net6 + "1";
+  addr6_b_ = net6 + "2";
   // Leftovers of a crashed run with the same name go first (errors ignored).
   run_command({"ip", "netns", "del", ns_a_});
   run_command({"ip", "netns", "del", ns_b_});
@@ -201,6 +204,9 @@ NetnsPair::NetnsPair(const std::string& prefix, int subnet, int drop_percent)
             ip({"link", "set", va, "netns", ns_a_}) && ip({"link", "set", vb, "netns", ns_b_}) &&
             ip({"-n", ns_a_, "addr", "add", addr_a_ + "/30", "dev", va}) &&
             ip({"-n", ns_b_, "addr", "add", addr_b_ + "/30", "dev", vb}) &&
+            // nodad: usable at once, no duplicate-address detection wait
+            ip({"-n", ns_a_, "addr", "add", addr6_a_ + "/64", "dev", va, "nodad"}) &&
+            ip({"-n", ns_b_, "addr", "add", addr6_b_ + "/64", "dev", vb, "nodad"}) &&
             ip({"-n", ns_a_, "link", "set", "lo", "up"}) &&
             ip({"-n", ns_b_, "link", "set", "lo", "up"}) &&
             ip({"-n", ns_a_, "link", "set", va, "up"}) &&

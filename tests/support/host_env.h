@@ -74,11 +74,12 @@ class NetnsPair {
   const std::string& receiver_ns() const { return ns_b_; }
   const std::string& sender_addr() const { return addr_a_; }
   const std::string& receiver_addr() const { return addr_b_; }
+  const std::string& receiver_addr6() const { return addr6_b_; }  // same link, IPv6 (ULA)
   std::uint64_t dropped_packets() const;  // the rule's counter
 
  private:
   bool ip(const std::vector<std::string>& args);
-  std::string ns_a_, ns_b_, addr_a_, addr_b_, error_;
+  std::string ns_a_, ns_b_, addr_a_, addr_b_, addr6_a_, addr6_b_, error_;
   bool created_a_ = false, created_b_ = false;
 };
 
