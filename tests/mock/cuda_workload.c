@@ -60,6 +60,9 @@ static const char kUsage[] =
     "Exit 2: bad usage or a call name that is unknown or not exported; exit 1: a library\n"
     "cannot be loaded, a thread cannot start, ncclCommInitRank fails, or the ready/go/wait\n"
     "pipe fails.\n";
+static const char kProgram[] = "cuda_workload";
+
+#include "tool_cli.h"
 
 static const char kDefaultSpec[] =
     "cudaMalloc:1,cudaLaunchKernel:10,cudaStreamSynchronize:10,cudaFree:1";
@@ -313,32 +316,9 @@ struct plan {
 static unsigned long long calls_made;  // updated with __atomic builtins
 static unsigned long long calls_failed;
 
-__attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "cuda_workload: ");
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n%s", kUsage);
-  exit(2);
-}
 
-// Whole-string unsigned decimal in [0, max]; anything else is a usage error naming the flag.
-static unsigned long parse_number(const char* text, unsigned long max, const char* what) {
-  char* end = NULL;
-  errno = 0;
-  if (text[0] < '0' || text[0] > '9') usage_error("%s needs a non-negative whole number", what);
-  unsigned long v = strtoul(text, &end, 10);
-  if (errno != 0 || *end != '\0' || v > max)
-    usage_error("%s: number out of range or malformed", what);
-  return v;
-}
 
-static void sleep_us(unsigned long us) {
-  struct timespec left = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
-}
+static void sleep_us(unsigned long us) { sleep_ns(us * 1000ULL); }
 
 static caller_fn find_caller(const char* name) {
   for (size_t i = 0; i < sizeof(kCalls) / sizeof(kCalls[0]); ++i) {

@@ -50,18 +50,12 @@ static const char kUsage[] =
     "  --alloc-mb N         allocate and touch N MiB, 1 MiB every D ms (default 0), then exit\n"
     "The direct steps refuse a file on tmpfs (no block device behind it). Prints one summary\n"
     "line and exits 0; exit 2: bad usage; exit 1: a system call failed.\n";
+static const char kProgram[] = "data_worker";
+
+#include "tool_cli.h"
 
 static const long kBlock = 4096;
 
-__attribute__((format(printf, 1, 2), noreturn)) static void usage_error(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "data_worker: ");
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "\n%s", kUsage);
-  exit(2);
-}
 
 __attribute__((format(printf, 1, 2), noreturn)) static void fail(const char* fmt, ...) {
   int err = errno;
@@ -74,14 +68,6 @@ __attribute__((format(printf, 1, 2), noreturn)) static void fail(const char* fmt
   exit(1);
 }
 
-static unsigned long parse_number(const char* text, unsigned long max, const char* what) {
-  char* end = NULL;
-  errno = 0;
-  if (text[0] < '0' || text[0] > '9') usage_error("%s needs a non-negative whole number", what);
-  unsigned long v = strtoul(text, &end, 10);
-  if (errno != 0 || *end != '\0' || v > max) usage_error("%s: out of range or malformed", what);
-  return v;
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -89,11 +75,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void sleep_ms(unsigned long ms) {
-  struct timespec left = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
-}
+static void sleep_ms(unsigned long ms) { sleep_ns(ms * 1000000ULL); }
 
 static void* aligned(size_t len) {
   void* p = NULL;

@@ -298,8 +298,10 @@ inline const chains::ProcessWindow* find(const chains::WindowView& v, int pid) {
   return nullptr;
 }
 
-inline IoTotals io_totals(std::uint64_t count, std::uint64_t bytes, std::uint64_t each_ns) {
-  IoTotals t;
+// `count` requests or ops of `bytes` in all, each taking each_ns (IoTotals or NcclTotals).
+template <typename T>
+T sized_totals(std::uint64_t count, std::uint64_t bytes, std::uint64_t each_ns) {
+  T t;
   t.count = count;
   t.bytes = bytes;
   t.sum_ns = count * each_ns;
@@ -308,14 +310,12 @@ inline IoTotals io_totals(std::uint64_t count, std::uint64_t bytes, std::uint64_
   return t;
 }
 
+inline IoTotals io_totals(std::uint64_t count, std::uint64_t bytes, std::uint64_t each_ns) {
+  return sized_totals<IoTotals>(count, bytes, each_ns);
+}
+
 inline NcclTotals nccl_totals(std::uint64_t count, std::uint64_t bytes, std::uint64_t each_ns) {
-  NcclTotals t;
-  t.count = count;
-  t.bytes = bytes;
-  t.sum_ns = count * each_ns;
-  t.max_ns = count ? each_ns : 0;
-  if (count) t.buckets[trace::bucket_of_ns(each_ns)] = count;
-  return t;
+  return sized_totals<NcclTotals>(count, bytes, each_ns);
 }
 
 }  // namespace stallwatch::chaintest
