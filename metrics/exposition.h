@@ -1,5 +1,6 @@
 // Snapshot → Prometheus metric families (DESIGN.md's table), built fresh for every scrape so
-// that series of vanished workloads disappear. Pure; thread-safe.
+// that series of vanished workloads disappear. The families come from the neutral model
+// (model.h) that OTLP renders too. Pure; thread-safe.
 #pragma once
 
 #include <prometheus/metric_family.h>
@@ -8,13 +9,9 @@
 #include <vector>
 
 #include "common/snapshot.h"
+#include "metrics/model.h"
 
 namespace stallwatch::metrics {
-
-struct BuildInfo {
-  std::string version;
-  std::string revision;
-};
 
 std::vector<prometheus::MetricFamily> to_families(const Snapshot& snap, const BuildInfo& build);
 

@@ -194,6 +194,23 @@ struct StoreStats {
   std::uint64_t db_bytes = 0;
 };
 
+// Self-metrics of the OTLP push (metrics/otlp/delivery.h), cumulative; disabled without
+// --otlp-endpoint.
+struct OtlpStats {
+  bool enabled = false;
+  // by "signal/result": result is "success" or "failure" (one per HTTP attempt)
+  std::map<std::string, std::uint64_t> requests;
+  // by reason: throttled (429), unavailable (502/503/504), rejected (other 4xx),
+  // server_error (other 5xx), timeout, connection (refused, reset, closed without an answer, TLS)
+  std::map<std::string, std::uint64_t> failures;
+  // by reason: queue_full, retries_exhausted, rejected (non-retryable answer), partial_success
+  // (points the receiver reported as rejected in a 2xx answer), shutdown
+  std::map<std::string, std::uint64_t> points_dropped;
+  std::uint64_t points_sent = 0;     // points in requests answered 2xx (minus partial rejections)
+  std::uint64_t queue_requests = 0;  // now
+  std::uint64_t queue_bytes = 0;     // now, uncompressed
+};
+
 struct Snapshot {
   std::uint64_t sequence = 0;  // 1 for the first window, +1 each window
   std::chrono::system_clock::time_point taken{};
@@ -207,6 +224,7 @@ struct Snapshot {
   bool ready = false;                    // probes attached; /healthz answers 200
   std::vector<ChainCount> chains;        // filled by the chain engine before publishing
   StoreStats store;                      // filled from the store before publishing
+  OtlpStats otlp;                        // filled from the OTLP pusher before publishing
 };
 
 }  // namespace stallwatch

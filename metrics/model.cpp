@@ -1,0 +1,356 @@
+#include "metrics/model.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "metrics/exposition.h"
+#include "trace/calls.h"
+
+namespace stallwatch::metrics {
+namespace {
+
+constexpr double kNsPerS = 1e9;
+
+double seconds(std::uint64_t ns) { return static_cast<double>(ns) / kNsPerS; }
+double count(std::uint64_t v) { return static_cast<double>(v); }
+
+Family family(std::string name, std::string help, MetricKind kind, std::string unit) {
+  Family f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.kind = kind;
+  f.unit = std::move(unit);
+  return f;
+}
+
+Point point(const identity::Identity* workload, LabelPairs labels, double v) {
+  Point p;
+  p.workload = workload;
+  p.labels = std::move(labels);
+  p.value = v;
+  return p;
+}
+
+// A histogram point from kernel log2 buckets: CallTotals, IoTotals and NcclTotals alike.
+template <typename Totals>
+Point histogram(const identity::Identity* workload, LabelPairs labels, const Totals& t) {
+  Point p;
+  p.workload = workload;
+  p.labels = std::move(labels);
+  p.histogram.count = t.count;
+  p.histogram.sum_ns = t.sum_ns;
+  p.histogram.max_ns = t.max_ns;
+  p.histogram.buckets = t.buckets;
+  return p;
+}
+
+// Whether a series has CUDA-issuing threads (a cgroup can also be a series for its host
+// evidence alone, e.g. a DataLoader's I/O): only those get the off-CPU and starvation families.
+bool has_cuda_threads(const Series& s) {
+  return !s.calls.empty() || !s.process_info.empty() || s.offcpu.runnable_ns > 0 ||
+         s.offcpu.blocked_ns > 0 || s.offcpu.oncpu_ns > 0;
+}
+
+// The `rank` and `world_size` labels: decimal, "" while not learnt (-1).
+std::string rank_label(int v) { return v < 0 ? std::string() : std::to_string(v); }
+
+void keep_nonempty(std::initializer_list<Family*> families, std::vector<Family>& out) {
+  for (auto* f : families) {
+    if (!f->points.empty()) out.push_back(std::move(*f));
+  }
+}
+
+void add_call_families(const Snapshot& snap, std::vector<Family>& out) {
+  auto calls = trace::all_calls();
+  auto duration = family("stallwatch_cuda_call_duration_seconds",
+                         "Wall time of traced CUDA runtime, driver and NCCL calls.",
+                         MetricKind::kHistogram, "s");
+  auto call_off = family("stallwatch_cuda_call_offcpu_seconds_total",
+                         "Time the calling thread spent off-CPU inside CUDA calls, by state "
+                         "(runnable: waiting for a CPU; blocked: sleeping).",
+                         MetricKind::kCounter, "s");
+  auto off = family("stallwatch_offcpu_seconds_total",
+                    "Time CUDA-issuing threads spent off-CPU, by state.", MetricKind::kCounter, "s");
+  auto ratio = family("stallwatch_offcpu_ratio",
+                      "Share of the CUDA-issuing threads' time spent off-CPU over the last "
+                      "window, by state (0..1).",
+                      MetricKind::kGauge, "1");
+  auto info = family("stallwatch_cgroup_info",
+                     "Workload identity of each cgroup series (value 1); join on cgroup.",
+                     MetricKind::kGauge, "1");
+  for (const auto& [label, s] : snap.series) {
+    const identity::Identity* id = &s.identity;
+    for (const auto& [call_id, t] : s.calls) {
+      if (call_id >= calls.size()) continue;
+      std::string api(trace::api_name(calls[call_id].api));
+      std::string name(calls[call_id].name);
+      duration.points.push_back(histogram(id, {{"api", api}, {"call", name}}, t));
+      call_off.points.push_back(
+          point(id, {{"api", api}, {"call", name}, {"state", "runnable"}}, seconds(t.runnable_ns)));
+      call_off.points.push_back(
+          point(id, {{"api", api}, {"call", name}, {"state", "blocked"}}, seconds(t.blocked_ns)));
+    }
+    if (has_cuda_threads(s)) {
+      off.points.push_back(point(id, {{"state", "runnable"}}, seconds(s.offcpu.runnable_ns)));
+      off.points.push_back(point(id, {{"state", "blocked"}}, seconds(s.offcpu.blocked_ns)));
+      ratio.points.push_back(point(id, {{"state", "runnable"}}, s.runnable_ratio));
+      ratio.points.push_back(point(id, {{"state", "blocked"}}, s.blocked_ratio));
+    }
+    const auto& i = s.identity;
+    info.points.push_back(point(id,
+                                {{"pod_uid", i.pod_uid},
+                                 {"runtime", i.runtime},
+                                 {"systemd_unit", i.systemd_unit},
+                                 {"slurm_job", i.slurm_job},
+                                 {"slurm_step", i.slurm_step}},
+                                1));
+  }
+  for (auto* f : {&duration, &call_off, &off, &ratio, &info}) out.push_back(std::move(*f));
+}
+
+// Host-side families (issue 4), per series and only where the series has that kind of data.
+void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
+  auto calls = trace::all_calls();
+  auto starvation = family("stallwatch_gpu_starvation_ratio",
+                           "Share of the CUDA-issuing threads' wall time over the last window "
+                           "spent blocked (off-CPU, sleeping) outside any CUDA call (0..1).",
+                           MetricKind::kGauge, "1");
+  auto reclaim_s = family("stallwatch_memory_reclaim_seconds_total",
+                          "Time the series' tasks spent in memory reclaim, by kind (direct: the "
+                          "node ran short; memcg: the cgroup's own memory limit).",
+                          MetricKind::kCounter, "s");
+  auto reclaims = family("stallwatch_memory_reclaims_total",
+                         "Memory reclaim episodes of the series' tasks, by kind.",
+                         MetricKind::kCounter, "{reclaim}");
+  auto oom = family("stallwatch_oom_kills_total",
+                    "Processes of the series killed by the OOM killer, by victim (cuda: a "
+                    "CUDA-issuing process).",
+                    MetricKind::kCounter, "{process}");
+  auto pressure = family("stallwatch_pressure_stall_seconds_total",
+                         "The cgroup's pressure stall time (cgroup v2 PSI), by resource and "
+                         "scope (some: at least one task stalled; full: all non-idle tasks).",
+                         MetricKind::kCounter, "s");
+  auto io_duration = family("stallwatch_block_io_duration_seconds",
+                            "Block I/O requests submitted by the series' tasks, from submission "
+                            "to completion, by device and op.",
+                            MetricKind::kHistogram, "s");
+  auto io_bytes = family("stallwatch_block_io_bytes_total",
+                         "Bytes of the block I/O requests submitted by the series' tasks.",
+                         MetricKind::kCounter, "By");
+  auto retransmits = family("stallwatch_tcp_retransmits_total",
+                            "TCP segments retransmitted by sockets of the series, by family.",
+                            MetricKind::kCounter, "{segment}");
+  auto nccl_duration = family("stallwatch_nccl_op_duration_seconds",
+                              "Wall time of NCCL collective and point-to-point calls, by op and "
+                              "the communicator's rank and size (\"\" until known).",
+                              MetricKind::kHistogram, "s");
+  auto nccl_bytes = family("stallwatch_nccl_op_bytes_total",
+                           "Bytes passed to NCCL ops (element count times element size).",
+                           MetricKind::kCounter, "By");
+  for (const auto& [label, s] : snap.series) {
+    const identity::Identity* id = &s.identity;
+    if (has_cuda_threads(s)) starvation.points.push_back(point(id, {}, s.starvation_ratio));
+    const ReclaimTotals& r = s.reclaim;
+    if (r.direct_count + r.memcg_count > 0 || r.direct_ns + r.memcg_ns > 0) {
+      reclaim_s.points.push_back(point(id, {{"kind", "direct"}}, seconds(r.direct_ns)));
+      reclaim_s.points.push_back(point(id, {{"kind", "memcg"}}, seconds(r.memcg_ns)));
+      reclaims.points.push_back(point(id, {{"kind", "direct"}}, count(r.direct_count)));
+      reclaims.points.push_back(point(id, {{"kind", "memcg"}}, count(r.memcg_count)));
+    }
+    if (s.oom_kills > 0 || s.oom_kills_cuda > 0) {
+      const std::uint64_t cuda = std::min(s.oom_kills_cuda, s.oom_kills);
+      oom.points.push_back(point(id, {{"victim", "cuda"}}, count(s.oom_kills_cuda)));
+      oom.points.push_back(point(id, {{"victim", "other"}}, count(s.oom_kills - cuda)));
+    }
+    if (const PressureTotals& p = s.pressure; p.known) {
+      for (const auto& [resource, some_ns, full_ns] :
+           {std::tuple{"cpu", p.cpu_some_ns, p.cpu_full_ns},
+            std::tuple{"memory", p.memory_some_ns, p.memory_full_ns},
+            std::tuple{"io", p.io_some_ns, p.io_full_ns}}) {
+        pressure.points.push_back(
+            point(id, {{"resource", resource}, {"scope", "some"}}, seconds(some_ns)));
+        pressure.points.push_back(
+            point(id, {{"resource", resource}, {"scope", "full"}}, seconds(full_ns)));
+      }
+    }
+    for (const auto& [key, t] : s.io) {
+      LabelPairs l{{"device", key.device}, {"op", key.op}};
+      io_duration.points.push_back(histogram(id, l, t));
+      io_bytes.points.push_back(point(id, l, count(t.bytes)));
+    }
+    if (s.tcp_retransmits_ipv4 + s.tcp_retransmits_ipv6 > 0) {
+      retransmits.points.push_back(point(id, {{"family", "ipv4"}}, count(s.tcp_retransmits_ipv4)));
+      retransmits.points.push_back(point(id, {{"family", "ipv6"}}, count(s.tcp_retransmits_ipv6)));
+    }
+    for (const auto& [key, t] : s.nccl) {
+      if (key.call_id >= calls.size()) continue;
+      LabelPairs l{{"op", std::string(calls[key.call_id].name)},
+                   {"rank", rank_label(key.rank)},
+                   {"world_size", rank_label(key.world_size)}};
+      nccl_duration.points.push_back(histogram(id, l, t));
+      nccl_bytes.points.push_back(point(id, l, count(t.bytes)));
+    }
+  }
+  keep_nonempty({&starvation, &reclaim_s, &reclaims, &oom, &pressure, &io_duration, &io_bytes,
+                 &retransmits, &nccl_duration, &nccl_bytes},
+                out);
+}
+
+void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vector<Family>& out) {
+  auto lost = family("stallwatch_events_lost_total",
+                     "Records or aggregations the kernel side could not deliver, by source.",
+                     MetricKind::kCounter, "{event}");
+  for (unsigned i = 0; i < SW_LOST_MAX; ++i) {
+    lost.points.push_back(point(nullptr, {{"source", lost_source_name(i)}}, count(snap.lost[i])));
+  }
+  out.push_back(std::move(lost));
+  auto single = [&](const char* name, const char* help, MetricKind kind, const char* unit,
+                    double v, LabelPairs labels = {}) {
+    auto f = family(name, help, kind, unit);
+    f.points.push_back(point(nullptr, std::move(labels), v));
+    out.push_back(std::move(f));
+  };
+  single("stallwatch_outliers_total",
+         "Calls at or above the outlier threshold delivered one by one to user space.",
+         MetricKind::kCounter, "{call}", count(snap.outliers));
+  single("stallwatch_traced_processes", "Processes that map a traced CUDA library now.",
+         MetricKind::kGauge, "{process}", count(snap.traced_processes));
+  single("stallwatch_attached_libraries",
+         "CUDA library files (distinct inodes) with probes attached now.", MetricKind::kGauge,
+         "{file}", count(snap.attached_libraries));
+  single("stallwatch_attached_probes", "Uprobe and uretprobe links attached now.",
+         MetricKind::kGauge, "{probe}", count(snap.attached_probes));
+  single("stallwatch_snapshot_sequence", "Number of the window the exposition was built from.",
+         MetricKind::kGauge, "1", count(snap.sequence));
+  single("stallwatch_build_info", "Version of the running stallwatch (value 1).",
+         MetricKind::kGauge, "1", 1, {{"version", build.version}, {"revision", build.revision}});
+}
+
+void add_chain_families(const Snapshot& snap, std::vector<Family>& out) {
+  auto total = family("stallwatch_chains_total",
+                      "Causal chains opened, by kind and the severity they opened with.",
+                      MetricKind::kCounter, "{chain}");
+  auto active = family("stallwatch_chain_active",
+                       "Causal chains open now, by kind and current severity (0 once closed).",
+                       MetricKind::kGauge, "{chain}");
+  for (const auto& c : snap.chains) {
+    LabelPairs l{{"kind", c.kind}, {"severity", c.severity}};
+    if (c.total > 0) total.points.push_back(point(&c.identity, l, count(c.total)));
+    active.points.push_back(point(&c.identity, l, count(c.active)));
+  }
+  out.push_back(std::move(total));
+  out.push_back(std::move(active));
+}
+
+void add_store_families(const StoreStats& st, std::vector<Family>& out) {
+  if (!st.enabled) return;
+  auto add = [&](const char* name, const char* help, MetricKind kind, const char* unit,
+                 std::uint64_t v) {
+    auto f = family(name, help, kind, unit);
+    f.points.push_back(point(nullptr, {}, count(v)));
+    out.push_back(std::move(f));
+  };
+  add("stallwatch_store_rows_written_total", "Rows committed to the SQLite store.",
+      MetricKind::kCounter, "{row}", st.rows_written);
+  add("stallwatch_store_batches_dropped_total",
+      "Window batches dropped because the store writer fell behind.", MetricKind::kCounter,
+      "{batch}", st.batches_dropped);
+  add("stallwatch_store_write_errors_total", "Failed store transactions (disk full, I/O errors).",
+      MetricKind::kCounter, "{transaction}", st.write_errors);
+  add("stallwatch_store_rows_pruned_total", "Rows deleted by retention (age or --max-db).",
+      MetricKind::kCounter, "{row}", st.rows_pruned);
+  add("stallwatch_store_queue_batches", "Window batches waiting for the store writer.",
+      MetricKind::kGauge, "{batch}", st.queue_size);
+  add("stallwatch_store_size_bytes", "Size of the store on disk (database and WAL).",
+      MetricKind::kGauge, "By", st.db_bytes);
+}
+
+void add_otlp_families(const OtlpStats& st, std::vector<Family>& out) {
+  if (!st.enabled) return;
+  auto requests = family("stallwatch_otlp_requests_total",
+                         "OTLP export attempts, by signal (metrics, logs) and result (success, "
+                         "failure).",
+                         MetricKind::kCounter, "{request}");
+  for (const char* signal : {"metrics", "logs"}) {
+    for (const char* result : {"success", "failure"}) {
+      auto it = st.requests.find(std::string(signal) + "/" + result);
+      requests.points.push_back(point(nullptr, {{"signal", signal}, {"result", result}},
+                                      count(it == st.requests.end() ? 0 : it->second)));
+    }
+  }
+  // Every reason is always present, so rate() and alerts see a 0 before the first failure.
+  auto by_reason = [](Family f, const std::map<std::string, std::uint64_t>& m,
+                      std::initializer_list<const char*> reasons) {
+    for (const char* r : reasons) {
+      auto it = m.find(r);
+      f.points.push_back(point(nullptr, {{"reason", r}}, count(it == m.end() ? 0 : it->second)));
+    }
+    return f;
+  };
+  out.push_back(std::move(requests));
+  out.push_back(by_reason(family("stallwatch_otlp_failures_total",
+                                 "Failed OTLP export attempts, by reason (throttled: 429; "
+                                 "unavailable: 502/503/504; rejected: other 4xx; server_error: "
+                                 "other 5xx; timeout; connection).",
+                                 MetricKind::kCounter, "{request}"),
+                          st.failures,
+                          {"throttled", "unavailable", "rejected", "server_error", "timeout",
+                           "connection"}));
+  out.push_back(by_reason(family("stallwatch_otlp_points_dropped_total",
+                                 "Data points and log records that never reached the receiver, "
+                                 "by reason.",
+                                 MetricKind::kCounter, "{point}"),
+                          st.points_dropped,
+                          {"queue_full", "retries_exhausted", "rejected", "partial_success",
+                           "shutdown"}));
+  auto add = [&](const char* name, const char* help, MetricKind kind, const char* unit,
+                 std::uint64_t v) {
+    auto f = family(name, help, kind, unit);
+    f.points.push_back(point(nullptr, {}, count(v)));
+    out.push_back(std::move(f));
+  };
+  add("stallwatch_otlp_points_sent_total",
+      "Data points and log records the receiver accepted.", MetricKind::kCounter, "{point}",
+      st.points_sent);
+  add("stallwatch_otlp_queue_requests", "OTLP export requests waiting to be sent.",
+      MetricKind::kGauge, "{request}", st.queue_requests);
+  add("stallwatch_otlp_queue_bytes",
+      "Uncompressed bytes of the OTLP export requests waiting to be sent.", MetricKind::kGauge,
+      "By", st.queue_bytes);
+}
+
+}  // namespace
+
+LabelPairs identity_labels(const identity::Identity& id) {
+  LabelPairs l{{"cgroup", id.cgroup}};
+  if (!id.container_id.empty()) l.emplace_back("container_id", id.container_id);
+  return l;
+}
+
+std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build) {
+  std::vector<Family> out;
+  add_call_families(snap, out);
+  add_host_families(snap, out);
+  add_daemon_families(snap, build, out);
+  add_chain_families(snap, out);
+  add_store_families(snap.store, out);
+  add_otlp_families(snap.otlp, out);
+  return out;
+}
+
+std::string otel_name(const Family& f) {
+  std::string n = f.name;
+  auto strip = [&n](std::string_view suffix) {
+    if (n.size() > suffix.size() && n.ends_with(suffix)) {
+      n.resize(n.size() - suffix.size());
+      return true;
+    }
+    return false;
+  };
+  if (f.kind == MetricKind::kCounter) strip("_total");
+  strip("_seconds") || strip("_bytes") || strip("_ratio");
+  std::replace(n.begin(), n.end(), '_', '.');
+  return n;
+}
+
+}  // namespace stallwatch::metrics
