@@ -37,7 +37,11 @@ Point histogram(const identity::Identity* workload, LabelPairs labels, const Tot
   Point p;
   p.workload = workload;
   p.labels = std::move(labels);
-  p.histogram.count = t.count;
+  // The count is the buckets' sum rather than the kernel's separate counter: a map read can
+  // land between the two updates, and a histogram whose +Inf bucket differs from its count is
+  // malformed for Prometheus and OTLP alike.
+  p.histogram.count = 0;
+  for (std::uint64_t c : t.buckets) p.histogram.count += c;
   p.histogram.sum_ns = t.sum_ns;
   p.histogram.max_ns = t.max_ns;
   p.histogram.buckets = t.buckets;
@@ -324,6 +328,9 @@ void add_otlp_families(const OtlpStats& st, std::vector<Family>& out) {
 LabelPairs identity_labels(const identity::Identity& id) {
   LabelPairs l{{"cgroup", id.cgroup}};
   if (!id.container_id.empty()) l.emplace_back("container_id", id.container_id);
+  if (!id.pod.empty()) l.emplace_back("pod", id.pod);
+  if (!id.pod_namespace.empty()) l.emplace_back("namespace", id.pod_namespace);
+  if (!id.container.empty()) l.emplace_back("container", id.container);
   return l;
 }
 
@@ -348,7 +355,9 @@ std::string otel_name(const Family& f) {
     return false;
   };
   if (f.kind == MetricKind::kCounter) strip("_total");
-  strip("_seconds") || strip("_bytes") || strip("_ratio");
+  // `_ratio` stays: stallwatch_offcpu_ratio would become stallwatch.offcpu, the name of
+  // stallwatch_offcpu_seconds_total.
+  strip("_seconds") || strip("_bytes");
   std::replace(n.begin(), n.end(), '_', '.');
   return n;
 }

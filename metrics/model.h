@@ -57,8 +57,9 @@ std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build);
 LabelPairs identity_labels(const identity::Identity& id);
 
 // The OpenTelemetry name of a family: `_total` of counters and a unit suffix (`_seconds`,
-// `_bytes`, `_ratio`) dropped, `_` replaced by `.`. stallwatch_cuda_call_duration_seconds →
-// stallwatch.cuda.call.duration.
+// `_bytes`: the unit field says it) dropped, `_` replaced by `.`.
+// stallwatch_cuda_call_duration_seconds → stallwatch.cuda.call.duration;
+// stallwatch_offcpu_ratio → stallwatch.offcpu.ratio (unit 1). No two families share a name.
 std::string otel_name(const Family& f);
 
 }  // namespace stallwatch::metrics

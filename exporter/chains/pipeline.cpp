@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/calls.h"
 
@@ -63,7 +64,9 @@ std::vector<Chain> Pipeline::window(std::shared_ptr<Snapshot> snap, const Outlie
     store_->enqueue(std::move(batch));
     snap->store = store_->stats();
   }
+  if (options_.otlp) snap->otlp = options_.otlp->stats();
   board_.publish(snap);
+  if (options_.otlp) options_.otlp->offer(snap, changed);
   previous_ = std::move(snap);
   return changed;
 }

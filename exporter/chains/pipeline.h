@@ -1,5 +1,5 @@
 // The window pipeline shared by `run` and `demo`: cumulative snapshot → window deltas →
-// chain engine → chain counters on the snapshot → store batch → published snapshot. Whatever
+// chain engine → chain counters on the snapshot → store batch → published snapshot → OTLP. Whatever
 // feeds it (the kernel collector or the demo's synthetic host), the chains, rows and metrics
 // come out of the same code.
 // Not thread-safe: one caller (the window loop). The store and board are thread-safe.
@@ -17,12 +17,16 @@
 namespace stallwatch::store {
 class Store;
 }
+namespace stallwatch::otlp {
+class Pusher;
+}
 
 namespace stallwatch::chains {
 
 struct PipelineOptions {
   EngineOptions engine;
   size_t stored_outliers = 64;  // per window, longest first
+  otlp::Pusher* otlp = nullptr;  // gets every published snapshot and changed chain; may be null
 };
 
 class Pipeline {

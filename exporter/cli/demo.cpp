@@ -12,6 +12,7 @@
 #include "demo/runner.h"
 #include "demo/scenarios.h"
 #include "metrics/http_server.h"
+#include "metrics/otlp/pusher.h"
 #include "store/store.h"
 
 namespace stallwatch::cli {
@@ -22,7 +23,7 @@ void on_signal(int) { g_stop = true; }
 
 constexpr const char* kUsage =
     "usage: stallwatch demo [SCENARIO] [--listen ADDR:PORT] [--db PATH] [--window DURATION]\n"
-    "                       [--fast] [--hold] [--json]\n"
+    "                       [--fast] [--hold] [--json] [--otlp-endpoint URL ...]\n"
     "\n"
     "Feeds a synthetic GPU host through the same chain engine, store and /metrics as `run`;\n"
     "no root, no GPU. Prints each window as the chain forms, then the explain report.\n"
@@ -39,13 +40,16 @@ constexpr const char* kUsage =
     "  --fast              no waiting: the story's windows end now\n"
     "  --hold              stop the story at the incident and keep it going (with --listen:\n"
     "                      for alert rules and dashboards)\n"
-    "  --json              print the final report as JSON (explain --json)\n";
+    "  --json              print the final report as JSON (explain --json)\n"
+    "  --otlp-*            push the windows and chains over OTLP, as `stallwatch run` does\n"
+    "                      (see `stallwatch run --help`; OTEL_* variables apply too)\n";
 
 }  // namespace
 
 int demo_main(const std::vector<std::string>& args) {
   std::string name = "incident", listen, db;
   demo::RunnerOptions ro;
+  otlp::PushFlags push_flags;
   bool json = false;
   for (size_t i = 0; i < args.size(); i++) {
     const std::string& a = args[i];
@@ -80,6 +84,12 @@ int demo_main(const std::vector<std::string>& args) {
       ro.hold = true;
     } else if (a == "--json") {
       json = true;
+    } else if (a.starts_with("--otlp-")) {
+      if (!value(v)) return 2;
+      if (auto set = otlp::set_push_flag(push_flags, a.substr(2), v); !set) {
+        std::cerr << "stallwatch demo: " << set.error().message << "\n";
+        return 2;
+      }
     } else if (!a.empty() && a[0] != '-') {
       name = a;
     } else {
@@ -97,6 +107,11 @@ int demo_main(const std::vector<std::string>& args) {
   if (ro.hold && listen.empty()) {
     std::cerr << "stallwatch demo: --hold needs --listen (it keeps the incident going for "
                  "Prometheus)\n";
+    return 2;
+  }
+  auto push = otlp::push_config_from_environment(push_flags, STALLWATCH_VERSION);
+  if (!push) {
+    std::cerr << "stallwatch demo: " << push.error().message << "\n";
     return 2;
   }
   if (db.empty()) {
@@ -126,6 +141,13 @@ int demo_main(const std::vector<std::string>& args) {
     std::signal(SIGTERM, on_signal);
     ro.serve_after = true;
     ro.stop = &g_stop;
+  }
+  std::unique_ptr<otlp::Pusher> pusher;
+  if (push->enabled) {
+    pusher = std::make_unique<otlp::Pusher>(
+        *push, metrics::BuildInfo{STALLWATCH_VERSION, STALLWATCH_REVISION});
+    ro.otlp = pusher.get();
+    std::cout << "pushing OTLP to " << otlp::describe(*push) << "\n";
   }
   ExplainOptions eo;
   eo.db = db;

@@ -59,6 +59,13 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
      "cgroup=\"_overflow\" (default 256)")
     ("verbose,v", "debug logging, including libbpf's");
   // clang-format on
+  for (const auto& f : otlp::push_flag_infos()) {
+    if (f.repeatable) {
+      desc.add_options()(f.name, po::value<std::vector<std::string>>()->composing(), f.help);
+    } else {
+      desc.add_options()(f.name, po::value<std::string>(), f.help);
+    }
+  }
   std::ostringstream u;
   u << desc;
   if (usage) *usage = u.str();
@@ -111,6 +118,19 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
   auto linger = duration_flag(vm, "detach-linger", o.detach_linger, true);
   if (!linger) return linger.error();
   o.detach_linger = *linger;
+  for (const auto& f : otlp::push_flag_infos()) {
+    if (!vm.count(f.name)) continue;
+    std::vector<std::string> values;
+    if (f.repeatable) {
+      values = vm[f.name].as<std::vector<std::string>>();
+    } else {
+      values.push_back(vm[f.name].as<std::string>());
+    }
+    for (const auto& v : values) {
+      auto set = otlp::set_push_flag(o.otlp, f.name, v);
+      if (!set) return set.error();
+    }
+  }
   return o;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "metrics/otlp/config.h"
 
 namespace stallwatch::cli {
 
@@ -21,6 +22,7 @@ struct RunOptions {
   size_t max_cgroups = 256;
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
+  otlp::PushFlags otlp;  // --otlp-*; merged with OTEL_* by otlp::resolve_push_config
   std::string config;
   bool verbose = false;
   bool help = false;

@@ -16,6 +16,7 @@
 #include "identity/cgroup_resolver.h"
 #include "common/size.h"
 #include "metrics/http_server.h"
+#include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/collector.h"
 #include "trace/discovery.h"
@@ -73,6 +74,12 @@ int run_main(const std::vector<std::string>& args) {
   }
   if (o.verbose) set_log_level(LogLevel::kDebug);
   if (!preflight()) return 1;
+
+  auto push = otlp::push_config_from_environment(o.otlp, STALLWATCH_VERSION);
+  if (!push) {
+    SW_LOG(kError) << push.error().message;
+    return 2;
+  }
 
   auto mount = identity::find_cgroup2_mount();
   if (!mount) {
@@ -146,8 +153,11 @@ int run_main(const std::vector<std::string>& args) {
     return trace::TraceCounts{outliers.total(), discovery.traced_processes(),
                               discovery.attached_libraries(), discovery.attached_probes()};
   };
+  std::unique_ptr<otlp::Pusher> pusher;
+  if (push->enabled) pusher = std::make_unique<otlp::Pusher>(*push, build);
   chains::PipelineOptions popts;
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
+  popts.otlp = pusher.get();
   chains::Pipeline pipeline(popts, board, db.get());
   trace::HostSampler host;
   std::set<std::string> announced;  // open chains already logged
@@ -167,7 +177,8 @@ int run_main(const std::vector<std::string>& args) {
                 << discovery.attached_libraries() << " library files traced (cgroup2 at " << *mount
                 << "), store " << (db ? o.db + " (max " + format_size(o.max_db) + ", " +
                                            format_duration(o.retention) + ")"
-                                     : std::string("off"));
+                                     : std::string("off"))
+                << ", OTLP " << otlp::describe(*push);
 
   // Ring buffers and discovery on their own thread: nothing there waits for the collector.
   std::thread events([&] {

@@ -59,6 +59,7 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
                           metrics::SnapshotBoard& board, store::Store* store, std::ostream& out) {
   chains::PipelineOptions popts;
   popts.engine.host_cpus = options.host_cpus;
+  popts.otlp = options.otlp;
   chains::Pipeline pipeline(popts, board, store);
   SyntheticHost host;
   RunnerResult result;

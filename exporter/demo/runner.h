@@ -14,6 +14,10 @@
 #include "metrics/http_server.h"
 #include "store/store.h"
 
+namespace stallwatch::otlp {
+class Pusher;
+}
+
 namespace stallwatch::demo {
 
 struct RunnerOptions {
@@ -26,6 +30,7 @@ struct RunnerOptions {
   const std::atomic<bool>* stop = nullptr;  // ends the hold/serve loop when set
   bool serve_after = false;  // after the story, keep emitting windows until `stop`
   int host_cpus = 8;         // the synthetic host's CPU count (recommendations, context)
+  otlp::Pusher* otlp = nullptr;  // pushes every window's snapshot and chains; may be null
 };
 
 struct RunnerResult {

@@ -19,6 +19,10 @@ struct Identity {
   std::string systemd_unit{};  // innermost .service/.scope unit that is not a container scope
   std::string slurm_job{};     // "1234" from .../job_1234/...
   std::string slurm_step{};    // "0", "batch", "extern", "interactive" from .../step_X/...
+  // Kubernetes metadata, when a source of it is configured (not from the path; empty otherwise).
+  std::string pod{};
+  std::string pod_namespace{};
+  std::string container{};
 
   bool operator==(const Identity&) const = default;
 };
