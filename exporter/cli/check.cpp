@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "common/json.h"
+#include "metrics/otlp/config.h"
 #include "trace/proc_maps.h"
 
 namespace stallwatch::cli {
@@ -147,6 +148,21 @@ CheckItem host_hooks_check() {
   detail.pop_back();
   return {"host_hooks", Status::kWarn, detail + " (that evidence is left out; the rest works)",
           psi ? "" : "boot with psi=1 (CONFIG_PSI=y) for pressure stall metrics"};
+}
+
+// The OTLP push as the OTEL_* variables configure it (run's --otlp-* flags win over them).
+// Describes without secrets: header keys only, URLs without credentials or query.
+CheckItem otlp_check() {
+  auto push = otlp::push_config_from_environment({}, STALLWATCH_VERSION);
+  if (!push) {
+    return {"otlp", Status::kWarn, push.error().message,
+            "fix the variable, or override it with run's --otlp-* flags"};
+  }
+  if (!push->enabled) {
+    return {"otlp", Status::kOk,
+            "push off (run --otlp-endpoint URL or OTEL_EXPORTER_OTLP_ENDPOINT turns it on)", ""};
+  }
+  return {"otlp", Status::kOk, "from OTEL_* variables: " + otlp::describe(*push), ""};
 }
 
 CheckItem uprobes_check() {
@@ -334,6 +350,7 @@ CheckReport run_checks() {
   r.items.push_back(preflight[4]);  // cgroup
   r.items.push_back(host_hooks_check());
   r.items.push_back(memlock_check());
+  r.items.push_back(otlp_check());
   r.items.push_back(cuda_libraries_check(r.libraries));
   return r;
 }

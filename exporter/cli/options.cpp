@@ -37,7 +37,8 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
   RunOptions o;
   po::options_description desc(
       "stallwatch run [options]\n\nTrace CUDA calls and the scheduler; "
-      "serve /metrics, /healthz and /debug/snapshot.\n\nOptions");
+      "serve /metrics, /healthz and /debug/snapshot; push OTLP when configured.\n\nOptions",
+      100, 50);
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
