@@ -33,8 +33,8 @@ using SlistPtr = std::unique_ptr<curl_slist, CurlDeleter>;
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' ||
-                        s.back() == '\n')) {
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n')) {
     s.remove_suffix(1);
   }
   return s;
@@ -312,9 +312,9 @@ std::optional<std::chrono::seconds> parse_retry_after(std::string_view value,
     return std::nullopt;
   }
   constexpr std::array<std::string_view, 7> kDays = {"Mon", "Tue", "Wed", "Thu",
-                                                      "Fri", "Sat", "Sun"};
-  constexpr std::array<std::string_view, 12> kMonths = {
-      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+                                                     "Fri", "Sat", "Sun"};
+  constexpr std::array<std::string_view, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   if (std::find(kDays.begin(), kDays.end(), value.substr(0, 3)) == kDays.end()) {
     return std::nullopt;
   }
@@ -382,8 +382,8 @@ struct Delivery::State {
   const DeliveryOptions options;
 
   mutable std::mutex mu;
-  std::condition_variable work;  // the sender: something queued, or stop
-  std::condition_variable idle;  // flush(): something finished or was dropped
+  std::condition_variable work;       // the sender: something queued, or stop
+  std::condition_variable idle;       // flush(): something finished or was dropped
   std::atomic<bool> stopping{false};  // written under mu; curl's progress callback reads it too
   std::deque<Queued> queue;
   std::uint64_t queued_bytes = 0;
@@ -503,8 +503,8 @@ void Delivery::State::on_success(const Payload& p, const Response& r) {
   }
   if ((rejected > 0 || !message.empty()) && !partial_logged[sig]) {
     partial_logged[sig] = true;
-    SW_LOG(kWarn) << "OTLP receiver at " << loggable_url(url(p.signal)) << " rejected "
-                  << rejected << " of " << p.points << " " << signal_name(p.signal)
+    SW_LOG(kWarn) << "OTLP receiver at " << loggable_url(url(p.signal)) << " rejected " << rejected
+                  << " of " << p.points << " " << signal_name(p.signal)
                   << " points: " << printable(message)
                   << " (logged once; counted in stallwatch_otlp_points_dropped_total)";
   }

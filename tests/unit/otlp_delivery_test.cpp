@@ -2,8 +2,6 @@
 // sockets, keep-alive, one thread per connection) answers each request from a script (status,
 // Retry-After, delay, hold until released, close without answering) and records what arrived,
 // so retries, backoff, queueing and counters are checked end to end against real libcurl.
-#include "metrics/otlp/delivery.h"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -20,6 +18,8 @@
 #include <map>
 #include <random>
 #include <sstream>
+
+#include "metrics/otlp/delivery.h"
 
 namespace stallwatch::otlp {
 namespace {
@@ -52,8 +52,7 @@ std::string lower(std::string s) {
 
 class ScriptedServer {
  public:
-  explicit ScriptedServer(std::vector<Action> script = {})
-      : script_(script.begin(), script.end()) {
+  explicit ScriptedServer(std::vector<Action> script = {}) : script_(script.begin(), script.end()) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -248,8 +247,8 @@ int closed_port() {
 
 DeliveryOptions fast_options(std::string metrics_url) {
   // A proxy from the environment would take 127.0.0.1 traffic elsewhere.
-  for (const char* v : {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy",
-                        "ALL_PROXY"}) {
+  for (const char* v :
+       {"http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}) {
     ::unsetenv(v);
   }
   DeliveryOptions o;
@@ -554,7 +553,10 @@ TEST(OtlpDelivery, DropsOldestWhenQueueIsFull) {
 TEST(OtlpDelivery, CountsPartialSuccess) {
   Action partial;
   // ExportMetricsServiceResponse{partial_success{rejected_data_points: 3, error_message: "bad"}}
-  partial.body = std::string("\x0a\x07\x08\x03\x12\x03" "bad", 9);
+  partial.body = std::string(
+      "\x0a\x07\x08\x03\x12\x03"
+      "bad",
+      9);
   ScriptedServer server({partial, partial});
   testing::internal::CaptureStderr();
   {
@@ -717,18 +719,18 @@ TEST(ParseRetryAfter, HttpDate) {
   EXPECT_EQ(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), seconds(0));  // past
   EXPECT_EQ(parse_retry_after("Thu, 29 Feb 2024 00:00:00 GMT", now).has_value(), true);
   for (std::string_view bad : {
-           "Wed, 32 Oct 2015 07:28:00 GMT",         // no such day
-           "Wed, 29 Feb 2015 07:28:00 GMT",         // not a leap year
-           "Wed, 21 Okt 2015 07:28:00 GMT",         // month name
-           "Wxd, 21 Oct 2015 07:28:00 GMT",         // day name
-           "Wed, 21 Oct 2015 24:28:00 GMT",         // hour
-           "Wed, 21 Oct 2015 07:60:00 GMT",         // minute
-           "Wed, 21 Oct 2015 07:28:00 UTC",         // zone
-           "Wed, 21 Oct 2015 07:28:00",             // truncated
-           "Wed,  21 Oct 2015 07:28:00 GMT",        // spacing
-           "Wednesday, 21-Oct-15 07:28:00 GMT",     // RFC 850, obsolete
-           "Wed Oct 21 07:28:00 2015",              // asctime, obsolete
-           "Wed, 2a Oct 2015 07:28:00 GMT",         // digits
+           "Wed, 32 Oct 2015 07:28:00 GMT",      // no such day
+           "Wed, 29 Feb 2015 07:28:00 GMT",      // not a leap year
+           "Wed, 21 Okt 2015 07:28:00 GMT",      // month name
+           "Wxd, 21 Oct 2015 07:28:00 GMT",      // day name
+           "Wed, 21 Oct 2015 24:28:00 GMT",      // hour
+           "Wed, 21 Oct 2015 07:60:00 GMT",      // minute
+           "Wed, 21 Oct 2015 07:28:00 UTC",      // zone
+           "Wed, 21 Oct 2015 07:28:00",          // truncated
+           "Wed,  21 Oct 2015 07:28:00 GMT",     // spacing
+           "Wednesday, 21-Oct-15 07:28:00 GMT",  // RFC 850, obsolete
+           "Wed Oct 21 07:28:00 2015",           // asctime, obsolete
+           "Wed, 2a Oct 2015 07:28:00 GMT",      // digits
        }) {
     EXPECT_FALSE(parse_retry_after(bad, now).has_value()) << bad;
   }
@@ -759,17 +761,17 @@ TEST(RejectedInResponse, ReadsPartialSuccess) {
 
 TEST(RejectedInResponse, SkipsUnknownFields) {
   const std::string body = bytes({
-      0x28, 0x96, 0x01,                                      // 5: varint 150
-      0x31, 1, 2, 3, 4, 5, 6, 7, 8,                          // 6: fixed64
-      0x3d, 1, 2, 3, 4,                                      // 7: fixed32
-      0x4a, 0x02, 'z', 'z',                                  // 9: bytes
-      0x53, 0x08, 0x01, 0x54,                                // 10: group { 1: 1 }
-      0x0a, 0x0c,                                            // 1: partial_success, 12 bytes
-      0x18, 0x07,                                            //   3: varint
-      0x08, 0x05,                                            //   1: rejected = 5
-      0x25, 0, 0, 0, 0,                                      //   4: fixed32
-      0x12, 0x01, 'e',                                       //   2: "e"
-      0xa2, 0x06, 0x00,                                      // 100: empty bytes
+      0x28, 0x96, 0x01,                       // 5: varint 150
+      0x31, 1,    2,    3,    4, 5, 6, 7, 8,  // 6: fixed64
+      0x3d, 1,    2,    3,    4,              // 7: fixed32
+      0x4a, 0x02, 'z',  'z',                  // 9: bytes
+      0x53, 0x08, 0x01, 0x54,                 // 10: group { 1: 1 }
+      0x0a, 0x0c,                             // 1: partial_success, 12 bytes
+      0x18, 0x07,                             //   3: varint
+      0x08, 0x05,                             //   1: rejected = 5
+      0x25, 0,    0,    0,    0,              //   4: fixed32
+      0x12, 0x01, 'e',                        //   2: "e"
+      0xa2, 0x06, 0x00,                       // 100: empty bytes
   });
   std::string msg;
   EXPECT_EQ(rejected_in_response(body, &msg), 5u);
@@ -782,21 +784,22 @@ TEST(RejectedInResponse, SkipsUnknownFields) {
 TEST(RejectedInResponse, MalformedIsZero) {
   const std::vector<std::string> bad = {
       "garbage that is not protobuf at all",
-      bytes({0x0a}),                                   // tag only
-      bytes({0x0a, 0x05, 0x08, 0x03}),                 // length past the end
-      bytes({0x0a, 0x02, 0x08, 0x83}),                 // truncated varint inside
-      bytes({0x0a, 0x01, 0x08}),                       // value missing
-      bytes({0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}),  // 11
+      bytes({0x0a}),                    // tag only
+      bytes({0x0a, 0x05, 0x08, 0x03}),  // length past the end
+      bytes({0x0a, 0x02, 0x08, 0x83}),  // truncated varint inside
+      bytes({0x0a, 0x01, 0x08}),        // value missing
+      bytes({0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80,
+             0x01}),  // varint of 11 bytes
       bytes({0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),  // 2^64-ish length
-      bytes({0x00, 0x01}),                             // field number 0
-      bytes({0x0e, 0x01}),                             // wire type 6
-      bytes({0x0f, 0x01}),                             // wire type 7
-      bytes({0x0c}),                                   // end group outside a group
-      bytes({0x53, 0x08, 0x01}),                       // group never ended
-      bytes({0x53, 0x64}),                             // group ended with another number
-      bytes({0x31, 1, 2, 3}),                          // short fixed64
-      bytes({0x3d, 1, 2}),                             // short fixed32
-      bytes({0x0a, 0x02, 0x08, 0x03, 0xff}),           // trailing junk after a good field
+      bytes({0x00, 0x01}),                                                        // field number 0
+      bytes({0x0e, 0x01}),                                                        // wire type 6
+      bytes({0x0f, 0x01}),                                                        // wire type 7
+      bytes({0x0c}),                          // end group outside a group
+      bytes({0x53, 0x08, 0x01}),              // group never ended
+      bytes({0x53, 0x64}),                    // group ended with another number
+      bytes({0x31, 1, 2, 3}),                 // short fixed64
+      bytes({0x3d, 1, 2}),                    // short fixed32
+      bytes({0x0a, 0x02, 0x08, 0x03, 0xff}),  // trailing junk after a good field
   };
   for (const auto& b : bad) {
     std::string msg = "stale";
@@ -804,8 +807,8 @@ TEST(RejectedInResponse, MalformedIsZero) {
     EXPECT_EQ(msg, "");
   }
   // Negative int64 (-1, ten bytes): nothing to subtract.
-  EXPECT_EQ(rejected_in_response(bytes({0x0a, 0x0b, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                        0xff, 0xff, 0xff, 0x01}),
+  EXPECT_EQ(rejected_in_response(bytes({0x0a, 0x0b, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                        0xff, 0xff, 0x01}),
                                  nullptr),
             0u);
 }
