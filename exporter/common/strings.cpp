@@ -17,4 +17,18 @@ std::vector<std::string_view> split_fields(std::string_view line) {
   return fields;
 }
 
+std::string_view trim_left(std::string_view s, std::string_view chars) {
+  const size_t start = s.find_first_not_of(chars);
+  return start == std::string_view::npos ? s.substr(s.size()) : s.substr(start);
+}
+
+std::string_view trim_right(std::string_view s, std::string_view chars) {
+  const size_t last = s.find_last_not_of(chars);
+  return last == std::string_view::npos ? s.substr(0, 0) : s.substr(0, last + 1);
+}
+
+std::string_view trim(std::string_view s, std::string_view chars) {
+  return trim_left(trim_right(s, chars), chars);
+}
+
 }  // namespace stallwatch

@@ -9,15 +9,10 @@
 
 #include "common/duration.h"
 #include "common/size.h"
+#include "common/strings.h"
 
 namespace stallwatch::otlp {
 namespace {
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
@@ -43,7 +38,7 @@ std::string percent_decode(std::string_view s) {
 // An environment variable, trimmed; empty when unset (the spec treats empty as unset).
 std::string env(const Getenv& getenv, const char* name) {
   const char* v = getenv(name);
-  return v ? trim(v) : std::string();
+  return v ? std::string(trim(v)) : std::string();
 }
 
 bool is_http_url(const std::string& url) {
@@ -87,16 +82,15 @@ void merge(Headers& into, const Headers& from) {
 
 }  // namespace
 
+// Everything up to the last '@' goes, even one in a path or query: better an odd line than a
+// leaked password that contains a raw '/' or '?'.
 std::string redact_url(const std::string& url) {
-  std::string out = url;
-  const size_t scheme = out.find("://");
+  const size_t scheme = url.find("://");
   const size_t host = scheme == std::string::npos ? 0 : scheme + 3;
-  const size_t path = out.find_first_of("/?#", host);
-  const size_t at = out.rfind('@', path == std::string::npos ? out.size() : path);
-  if (at != std::string::npos && at >= host) out.erase(host, at + 1 - host);
-  const size_t query = out.find_first_of("?#");
-  if (query != std::string::npos) out.resize(query);
-  return out;
+  const size_t at = url.rfind('@');
+  std::string out = url.substr(0, host);
+  out += std::string_view(url).substr(at == std::string::npos || at < host ? host : at + 1);
+  return out.substr(0, out.find_first_of("?#"));
 }
 
 Result<Headers> parse_key_value_list(const std::string& text, const std::string& what) {
@@ -105,7 +99,7 @@ Result<Headers> parse_key_value_list(const std::string& text, const std::string&
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
     if (comma == std::string::npos) comma = text.size();
-    const std::string part = trim(std::string_view(text).substr(start, comma - start));
+    const std::string part(trim(std::string_view(text).substr(start, comma - start)));
     ++item;
     start = comma + 1;
     if (part.empty()) continue;

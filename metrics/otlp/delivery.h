@@ -3,6 +3,7 @@
 // exponential backoff and jitter (honouring Retry-After), gives up after a bounded time and
 // counts every request, failure and dropped point. enqueue() never blocks on the network: the
 // window loop and the tracer never wait for a receiver.
+// The libcurl side is http_client.h; gzip, Retry-After and partial_success are wire.h.
 // Thread-safety: enqueue(), stats() and flush() may be called from any thread.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "common/snapshot.h"
+#include "metrics/otlp/wire.h"  // gzip_compress, parse_retry_after, rejected_in_response
 
 namespace stallwatch::otlp {
 
@@ -73,16 +75,5 @@ class Delivery {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-// gzip (RFC 1952) of `data`, for Content-Encoding: gzip.
-std::string gzip_compress(std::string_view data);
-
-// Retry-After as seconds from now: delta-seconds or an HTTP-date; nullopt when absent or bad.
-std::optional<std::chrono::seconds> parse_retry_after(std::string_view value,
-                                                      std::chrono::system_clock::time_point now);
-
-// rejected_data_points / rejected_log_records of an OTLP Export*ServiceResponse body
-// (partial_success = 1 { rejected = 1 (int64), error_message = 2 (string) }); 0 when absent.
-std::uint64_t rejected_in_response(std::string_view body, std::string* error_message);
 
 }  // namespace stallwatch::otlp
