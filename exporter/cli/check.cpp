@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "common/json.h"
+#include "common/strings.h"
 #include "metrics/otlp/config.h"
 #include "trace/proc_maps.h"
 
@@ -43,9 +44,9 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
+// A one-line sysfs or procfs file without its trailing newline.
+std::string read_line_file(const std::string& path) {
+  return std::string(trim_right(read_file(path)));
 }
 
 bool is_dir(const char* path) {
@@ -137,7 +138,7 @@ CheckItem host_hooks_check() {
     }
   }
   btf__free(vmlinux);
-  const bool psi = !trim(read_file("/proc/pressure/memory")).empty();
+  const bool psi = !read_line_file("/proc/pressure/memory").empty();
   if (missing.empty() && psi) {
     return {"host_hooks", Status::kOk,
             "reclaim, OOM, block I/O and TCP retransmit tracepoints present; PSI available", ""};
@@ -166,7 +167,7 @@ CheckItem otlp_check() {
 }
 
 CheckItem uprobes_check() {
-  const std::string type = trim(read_file("/sys/bus/event_source/devices/uprobe/type"));
+  const std::string type = read_line_file("/sys/bus/event_source/devices/uprobe/type");
   if (type.empty()) {
     return {"uprobes", Status::kFail, "no uprobe PMU at /sys/bus/event_source/devices/uprobe",
             "kernel needs CONFIG_UPROBES=y / CONFIG_UPROBE_EVENTS=y"};
@@ -287,7 +288,7 @@ void scan_maps(std::map<std::string, CudaLibrary>& libs) {
       }
     }
     if (keys.empty()) continue;
-    const std::string comm = trim(read_file("/proc/" + std::string(name) + "/comm"));
+    const std::string comm = read_line_file("/proc/" + std::string(name) + "/comm");
     for (const std::string& key : keys) {
       CudaLibrary& lib = libs[key];
       lib.mapped = true;
