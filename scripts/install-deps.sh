@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of stallwatch from Debian 12 packages.
-# Idempotent: packages already present are left alone; apt is only asked when one is missing.
+# Installs every build and test dependency of stallwatch from Debian 12 packages, then the npm
+# packages of the e2e OTLP tests (tests/e2e/otlp, pinned by its package-lock.json).
+# Idempotent: packages already present are left alone; apt is only asked when one is missing,
+# npm only when node_modules is missing or older than the lockfile.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake pkg-config make
@@ -20,18 +23,40 @@ for p in "${packages[@]}"; do
   fi
 done
 
+sudo_cmd=()
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: $*" >&2; exit 1; }
+    sudo_cmd=(sudo)
+  fi
+}
+apt_install() {
+  need_root "$@"
+  echo "install-deps: installing $*"
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$@"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  apt_install "${missing[@]}"
 fi
 
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo_cmd=(sudo)
+# Node and npm for the e2e OTLP tests: Debian's, unless a node is already on PATH.
+if ! command -v node >/dev/null; then
+  apt_install nodejs npm
+elif ! command -v npm >/dev/null; then
+  apt_install npm
 fi
 
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The decoder of the e2e tests, exactly as the lockfile pins it; skipped when up to date.
+e2e=tests/e2e/otlp
+if [ ! -d "$e2e/node_modules" ] || [ "$e2e/package-lock.json" -nt "$e2e/node_modules" ]; then
+  echo "install-deps: npm ci in $e2e"
+  npm ci --no-audit --no-fund --loglevel=error --prefix "$e2e"
+  touch "$e2e/node_modules"  # newer than the lockfile: up to date until the lockfile changes
+else
+  echo "install-deps: $e2e/node_modules up to date"
+fi
