@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LISTEN ?= 0.0.0.0:9464
 DB ?= /var/lib/stallwatch/stallwatch.db
 
-.PHONY: all deps build run test test-unit test-privileged bench clean
+.PHONY: all deps build run test test-unit test-privileged test-e2e bench clean
 
 all: build
 
@@ -22,7 +22,8 @@ run: build
 	mkdir -p $(dir $(DB))
 	$(BUILD)/stallwatch run --listen $(LISTEN) --db $(DB)
 
-# Every tier: unit (no root), privileged (real eBPF; skipped with exit 77 without root).
+# Every tier: unit (no root), privileged (real eBPF; skipped with exit 77 without root), e2e
+# (real receivers on 127.0.0.1).
 test: build
 	cd $(BUILD) && ctest --output-on-failure
 
@@ -31,6 +32,9 @@ test-unit: build
 
 test-privileged: build
 	cd $(BUILD) && ctest --output-on-failure -L privileged
+
+test-e2e: build
+	cd $(BUILD) && ctest --output-on-failure -L e2e
 
 bench: build
 	bash bench/run.sh

@@ -94,7 +94,12 @@ std::vector<ChainEvent> ChainLog::select(const std::vector<chains::Chain>& chang
   for (const auto& c : changed) {
     auto it = reported_.find(c.id);
     if (!c.open) {
-      if (it != reported_.end()) reported_.erase(it);
+      // A chain can open and close within one window (a cold start): it still opened.
+      if (it == reported_.end()) {
+        out.push_back({c, "opened", now_ns});
+      } else {
+        reported_.erase(it);
+      }
       out.push_back({c, "closed", now_ns});
     } else if (it == reported_.end()) {
       reported_.emplace(c.id, c.severity);

@@ -363,6 +363,12 @@ TEST(OtlpLogsTest, OneRecordPerOpeningSeverityChangeAndClosing) {
   ASSERT_EQ(e4.size(), 1u);
   EXPECT_EQ(e4[0].state, "closed");
   EXPECT_EQ(log.tracked(), 0u);
+  // Opened and closed within one window: both records.
+  auto e5 = log.select({chain("b", Severity::kLow, false)}, 5);
+  ASSERT_EQ(e5.size(), 2u);
+  EXPECT_EQ(e5[0].state, "opened");
+  EXPECT_EQ(e5[1].state, "closed");
+  EXPECT_EQ(log.tracked(), 0u);
 }
 
 TEST(OtlpLogsTest, RecordCarriesSeverityBodyAndEvidence) {

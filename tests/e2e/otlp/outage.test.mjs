@@ -3,7 +3,15 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { assertKeptPublishing, checkInvariants, watchDaemon, windowOf } from './compare.mjs';
-import { metricPoints, promSum, promValue, scrape, startSession, waitFor } from './receiver.mjs';
+import {
+  metricPoints,
+  promSum,
+  promValue,
+  scrape,
+  startSession,
+  stopDemo,
+  waitFor,
+} from './receiver.mjs';
 
 const OUTAGE_MS = 60_000;
 const MAX_QUEUE = 64 * 1024; // --otlp-max-queue 64KiB: a few pushes of the demo (~9 KB each)
@@ -120,6 +128,24 @@ test(
     await t.test('the daemon is alive and every request well formed', () => {
       assert.equal(demo.exited(), null, 'the daemon is still running');
       checkInvariants(receiver);
+    });
+
+    // Delivery flushes for at most 5 s on shutdown (delivery.h), then drops what is left: a dead
+    // receiver must not hold the daemon up.
+    await t.test('SIGTERM with the receiver down again: a bounded, clean exit', async () => {
+      await receiver.down();
+      const from = (await scrape(demo.url)).families;
+      await waitFor(
+        async () =>
+          promValue((await scrape(demo.url)).families, 'stallwatch_snapshot_sequence') >=
+          promValue(from, 'stallwatch_snapshot_sequence') + 2,
+        { timeoutMs: 10000, what: '2 windows queued for the dead receiver' },
+      );
+      const started = Date.now();
+      const stopped = await stopDemo(demo, { timeoutMs: 20000 });
+      t.diagnostic(`exited ${Date.now() - started} ms after SIGTERM: ${JSON.stringify(stopped)}`);
+      assert.equal(stopped.killed, false, 'exited on SIGTERM within 20 s');
+      assert.equal(stopped.code, 0, 'exit code');
     });
   },
 );
