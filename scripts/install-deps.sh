@@ -12,7 +12,8 @@ packages=(
   prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3
   libboost-program-options-dev libgtest-dev libgmock-dev
   libcurl4-openssl-dev
-  prometheus curl
+  prometheus prometheus-alertmanager curl
+  yamllint systemd
   iproute2 nftables util-linux procps
 )
 
@@ -51,12 +52,17 @@ elif ! command -v npm >/dev/null; then
   apt_install npm
 fi
 
-# The decoder of the e2e tests, exactly as the lockfile pins it; skipped when up to date.
-e2e=tests/e2e/otlp
-if [ ! -d "$e2e/node_modules" ] || [ "$e2e/package-lock.json" -nt "$e2e/node_modules" ]; then
-  echo "install-deps: npm ci in $e2e"
-  npm ci --no-audit --no-fund --loglevel=error --prefix "$e2e"
-  touch "$e2e/node_modules"  # newer than the lockfile: up to date until the lockfile changes
-else
-  echo "install-deps: $e2e/node_modules up to date"
-fi
+# The npm packages of the tests (the OTLP decoder of the e2e tests, @grafana/schema and
+# TypeScript for the dashboards, Kubernetes schemas for the manifests), exactly as each
+# lockfile pins them; a directory is skipped when its node_modules is newer than its lockfile.
+for lock in tests/*/package-lock.json tests/*/*/package-lock.json; do
+  [ -f "$lock" ] || continue
+  dir=$(dirname "$lock")
+  if [ ! -d "$dir/node_modules" ] || [ "$lock" -nt "$dir/node_modules" ]; then
+    echo "install-deps: npm ci in $dir"
+    npm ci --no-audit --no-fund --loglevel=error --prefix "$dir"
+    touch "$dir/node_modules"  # newer than the lockfile: up to date until the lockfile changes
+  else
+    echo "install-deps: $dir/node_modules up to date"
+  fi
+done
