@@ -246,14 +246,31 @@ void add_chain_families(const Snapshot& snap, std::vector<Family>& out) {
   out.push_back(std::move(active));
 }
 
+// A daemon-wide series without labels.
+void add_scalar(std::vector<Family>& out, const char* name, const char* help, MetricKind kind,
+                const char* unit, std::uint64_t v) {
+  auto f = family(name, help, kind, unit);
+  f.points.push_back(point(nullptr, {}, count(v)));
+  out.push_back(std::move(f));
+}
+
+void add_kube_families(const KubeStats& st, std::vector<Family>& out) {
+  if (!st.enabled) return;
+  add_scalar(out, "stallwatch_kubernetes_pods",
+             "Pods of this node whose names the daemon knows (from the last good pod list).",
+             MetricKind::kGauge, "{pod}", st.pods);
+  auto lists = family("stallwatch_kubernetes_pod_lists_total",
+                      "Pod lists asked of the Kubernetes API server, by result (success, failure).",
+                      MetricKind::kCounter, "{request}");
+  lists.points.push_back(point(nullptr, {{"result", "success"}}, count(st.lists_ok)));
+  lists.points.push_back(point(nullptr, {{"result", "failure"}}, count(st.lists_failed)));
+  out.push_back(std::move(lists));
+}
+
 void add_store_families(const StoreStats& st, std::vector<Family>& out) {
   if (!st.enabled) return;
   auto add = [&](const char* name, const char* help, MetricKind kind, const char* unit,
-                 std::uint64_t v) {
-    auto f = family(name, help, kind, unit);
-    f.points.push_back(point(nullptr, {}, count(v)));
-    out.push_back(std::move(f));
-  };
+                 std::uint64_t v) { add_scalar(out, name, help, kind, unit, v); };
   add("stallwatch_store_rows_written_total", "Rows committed to the SQLite store.",
       MetricKind::kCounter, "{row}", st.rows_written);
   add("stallwatch_store_batches_dropped_total",
@@ -308,11 +325,7 @@ void add_otlp_families(const OtlpStats& st, std::vector<Family>& out) {
                           {"queue_full", "retries_exhausted", "rejected", "partial_success",
                            "shutdown"}));
   auto add = [&](const char* name, const char* help, MetricKind kind, const char* unit,
-                 std::uint64_t v) {
-    auto f = family(name, help, kind, unit);
-    f.points.push_back(point(nullptr, {}, count(v)));
-    out.push_back(std::move(f));
-  };
+                 std::uint64_t v) { add_scalar(out, name, help, kind, unit, v); };
   add("stallwatch_otlp_points_sent_total",
       "Data points and log records the receiver accepted.", MetricKind::kCounter, "{point}",
       st.points_sent);
@@ -342,6 +355,7 @@ std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build) {
   add_chain_families(snap, out);
   add_store_families(snap.store, out);
   add_otlp_families(snap.otlp, out);
+  add_kube_families(snap.kube, out);
   return out;
 }
 

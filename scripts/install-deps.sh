@@ -11,7 +11,7 @@ packages=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
   prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3
   libboost-program-options-dev libgtest-dev libgmock-dev
-  libcurl4-openssl-dev
+  libcurl4-openssl-dev nlohmann-json3-dev
   prometheus prometheus-alertmanager curl
   yamllint systemd
   iproute2 nftables util-linux procps

@@ -58,6 +58,12 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
      "keep probes on a library this long after the last process unmapped it (default 30s)")
     ("max-cgroups", po::value<size_t>(), "cgroups with their own series; the rest fold into "
      "cgroup=\"_overflow\" (default 256)")
+    ("kube-api", po::value<std::string>(), "Kubernetes API server for pod/namespace/container "
+     "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
+    ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
+     "$NODE_NAME, else the hostname)")
+    ("kube-refresh", po::value<std::string>(), "list the node's pods this often (default 60s; a "
+     "new pod is looked up at once, at most every 5s)")
     ("verbose,v", "debug logging, including libbpf's");
   // clang-format on
   for (const auto& f : otlp::push_flag_infos()) {
@@ -116,6 +122,12 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
   auto rescan = duration_flag(vm, "rescan-interval", o.rescan_interval);
   if (!rescan) return rescan.error();
   o.rescan_interval = *rescan;
+  if (vm.count("kube-api")) o.kube_api = vm["kube-api"].as<std::string>();
+  if (vm.count("kube-node")) o.kube_node = vm["kube-node"].as<std::string>();
+  auto kube_refresh = duration_flag(vm, "kube-refresh", o.kube_refresh);
+  if (!kube_refresh) return kube_refresh.error();
+  if (*kube_refresh < std::chrono::seconds(1)) return make_error("--kube-refresh must be at least 1s");
+  o.kube_refresh = *kube_refresh;
   auto linger = duration_flag(vm, "detach-linger", o.detach_linger, true);
   if (!linger) return linger.error();
   o.detach_linger = *linger;

@@ -22,6 +22,9 @@ struct RunOptions {
   size_t max_cgroups = 256;
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
+  std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL
+  std::string kube_node;  // --kube-node: "" = $NODE_NAME, else the hostname
+  std::chrono::nanoseconds kube_refresh = std::chrono::seconds(60);  // --kube-refresh
   otlp::PushFlags otlp;  // --otlp-*; merged with OTEL_* by otlp::resolve_push_config
   std::string config;
   bool verbose = false;

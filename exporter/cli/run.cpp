@@ -1,6 +1,7 @@
 #include "cli/run.h"
 
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <iostream>
@@ -13,9 +14,12 @@
 #include "cli/options.h"
 #include "common/duration.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
 #include "identity/cgroup_resolver.h"
+#include "identity/kube_metadata.h"
 #include "common/size.h"
 #include "metrics/http_server.h"
+#include "metrics/otlp/http_client.h"
 #include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/collector.h"
@@ -81,6 +85,15 @@ int run_main(const std::vector<std::string>& args) {
     return 2;
   }
 
+  auto kube_settings = identity::resolve_kube_settings(
+      o.kube_api, o.kube_node,
+      std::chrono::duration_cast<std::chrono::milliseconds>(o.kube_refresh),
+      [](const char* name) { return std::getenv(name); });
+  if (!kube_settings) {
+    SW_LOG(kError) << kube_settings.error().message;
+    return 2;
+  }
+
   auto mount = identity::find_cgroup2_mount();
   if (!mount) {
     SW_LOG(kError) << "no cgroup2 hierarchy is mounted; cgroup labels need one";
@@ -137,7 +150,10 @@ int run_main(const std::vector<std::string>& args) {
 
   size_t procs = discovery.scan_all();
   identity::CgroupResolver resolver(*mount);
-  trace::Collector collector(**tracer, resolver, {o.max_cgroups});
+  otlp::HttpClient::global_init();  // before any thread uses curl
+  if (!kube_settings->enabled) SW_LOG(kInfo) << kube_settings->why_off;
+  identity::KubeMetadata kube(*kube_settings);
+  trace::Collector collector(**tracer, resolver, {o.max_cgroups, &kube});
   (*tracer)->on_host_event([&](const host_event& e) {
     if (e.kind != SW_HOST_OOM_KILL) return;
     OomKill kill;
@@ -180,6 +196,16 @@ int run_main(const std::vector<std::string>& args) {
                                      : std::string("off"))
                 << ", OTLP " << otlp::describe(*push);
 
+  sd_notify("READY=1\nSTATUS=tracing " + std::to_string(discovery.attached_libraries()) +
+            " library files, serving " + o.listen);
+  const auto watchdog = sd_watchdog_interval();
+  if (watchdog && std::chrono::nanoseconds(*watchdog) < 2 * o.window) {
+    SW_LOG(kWarn) << "the systemd watchdog (WatchdogSec=" << format_duration(*watchdog)
+                  << ") is shorter than two windows (" << format_duration(2 * o.window)
+                  << "): systemd may restart a healthy daemon";
+    SW_LOG(kHint) << "set WatchdogSec= to at least 4 × --window";
+  }
+
   // Ring buffers and discovery on their own thread: nothing there waits for the collector.
   std::thread events([&] {
     while (!g_stop) {
@@ -199,7 +225,9 @@ int run_main(const std::vector<std::string>& args) {
     if (std::chrono::steady_clock::now() < next) continue;
     next += o.window;
     window();
+    if (watchdog) sd_notify("WATCHDOG=1");
   }
+  sd_notify("STOPPING=1\nSTATUS=detaching probes");
   events.join();
   SW_LOG(kInfo) << "stopping: detaching probes";
   return 0;

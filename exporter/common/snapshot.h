@@ -211,6 +211,14 @@ struct OtlpStats {
   std::uint64_t queue_bytes = 0;     // now, uncompressed
 };
 
+// Kubernetes metadata (identity/kube_metadata.h): the API server lists behind pod names.
+struct KubeStats {
+  bool enabled = false;           // a source of pod names is configured
+  std::uint64_t pods = 0;         // pods of this node in the cache now
+  std::uint64_t lists_ok = 0;     // pod lists answered and parsed
+  std::uint64_t lists_failed = 0; // pod lists that failed (connection, HTTP status, bad JSON)
+};
+
 struct Snapshot {
   std::uint64_t sequence = 0;  // 1 for the first window, +1 each window
   std::chrono::system_clock::time_point taken{};
@@ -225,6 +233,7 @@ struct Snapshot {
   std::vector<ChainCount> chains;        // filled by the chain engine before publishing
   StoreStats store;                      // filled from the store before publishing
   OtlpStats otlp;                        // filled from the OTLP pusher before publishing
+  KubeStats kube;                        // filled from the Kubernetes metadata before publishing
 };
 
 }  // namespace stallwatch

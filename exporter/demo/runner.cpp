@@ -9,6 +9,7 @@
 #include "chains/format.h"
 #include "chains/pipeline.h"
 #include "chains/window.h"
+#include "demo/scenario_kit.h"
 #include "trace/calls.h"
 #include "trace/histogram.h"
 
@@ -62,6 +63,8 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
   popts.otlp = options.otlp;
   chains::Pipeline pipeline(popts, board, store);
   SyntheticHost host;
+  identity::KubeMetadata kube(identity::KubeSettings{});  // off: serves the demo's own pods
+  kube.replace(kit::pods());
   RunnerResult result;
   std::map<std::string, size_t> opened_at;  // chain id → index in result.opened
 
@@ -91,6 +94,7 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
     auto snap = host.snapshot(Clock::time_point(std::chrono::duration_cast<Clock::duration>(
                                   std::chrono::nanoseconds(end))),
                               std::chrono::nanoseconds(content_ns));
+    for (auto& [label, s] : snap->series) kube.annotate(s.identity);
     ctx.cpu_busy = 0.35;
     ctx.mem_used = 0.62;
     ctx.load1 = 3.1;

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "identity/kube_metadata.h"
 
 #include "demo/scenarios.h"
 #include "demo/synthetic.h"
@@ -19,6 +22,10 @@ inline constexpr const char* kOtherPod =
     "/kubepods.slice/kubepods-besteffort.slice/"
     "kubepods-besteffort-pod0a9b8c7d_6e5f_4a3b_2c1d_0e9f8a7b6c5d.slice/"
     "cri-containerd-9e8d7c6b5a49382716a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3.scope";
+// What the API server would say of the two pods above (pod, namespace, container names), so the
+// demo's series carry the Kubernetes labels a real cluster gives them.
+std::vector<identity::KubePod> pods();
+
 inline constexpr const char* kNodeExporter = "/system.slice/prometheus-node-exporter.service";
 inline constexpr const char* kFluentBit = "/system.slice/fluent-bit.service";
 

@@ -261,6 +261,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   for (auto& [label, s] : series) {
     s.identity = label == kOverflowCgroup ? identity::Identity{} : identity::parse_cgroup_path(label);
     s.identity.cgroup = label;
+    if (options_.kube) options_.kube->annotate(s.identity);
     OffcpuTotals prev;
     if (previous_) {
       auto it = previous_->series.find(label);
@@ -278,6 +279,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   snap->traced_processes = counts.traced_processes;
   snap->attached_libraries = counts.attached_libraries;
   snap->attached_probes = counts.attached_probes;
+  if (options_.kube) snap->kube = options_.kube->stats();
   snap->ready = true;
   previous_ = snap;
   return snap;

@@ -19,6 +19,7 @@
 
 #include "common/snapshot.h"
 #include "identity/cgroup_resolver.h"
+#include "identity/kube_metadata.h"
 
 namespace stallwatch::trace {
 
@@ -26,6 +27,7 @@ class Tracer;
 
 struct CollectorOptions {
   size_t max_cgroups = 256;
+  identity::KubeMetadata* kube = nullptr;  // pod/namespace/container names, when configured
 };
 
 struct TraceCounts {
