@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <iostream>
 
 #include "cli/explain.h"
@@ -34,7 +35,8 @@ constexpr const char* kUsage =
     "\n"
     "  --listen ADDR:PORT  serve /metrics, /healthz, /debug/snapshot; after the story keep\n"
     "                      going (last phase repeating) until Ctrl-C\n"
-    "  --db PATH           store here (default: a new file in $TMPDIR, kept)\n"
+    "  --db PATH           store here (default: a new file in $TMPDIR, kept; none: a\n"
+    "                      temporary one, removed at the end)\n"
     "  --window DURATION   time between windows (default 1s, or none with --fast); each\n"
     "                      window holds at least 1 s of synthetic activity\n"
     "  --fast              no waiting: the story's windows end now\n"
@@ -114,7 +116,9 @@ int demo_main(const std::vector<std::string>& args) {
     std::cerr << "stallwatch demo: " << push.error().message << "\n";
     return 2;
   }
-  if (db.empty()) {
+  // "none", as for run: keep nothing (the report still needs a store: a temporary one).
+  const bool discard = db == "none";
+  if (db.empty() || discard) {
     const char* tmp = std::getenv("TMPDIR");
     db = std::string(tmp && *tmp ? tmp : "/tmp") + "/stallwatch-demo-" + name + "-" +
          std::to_string(getpid()) + ".db";
@@ -164,17 +168,27 @@ int demo_main(const std::vector<std::string>& args) {
                              ro.window.count();
     return run_explain(eo, now, host, std::cout, std::cerr);
   };
+  // Removes a --db none store once the report is printed.
+  auto finish = [&](int rc) {
+    if (discard) {
+      st->reset();
+      for (const char* suffix : {"", "-wal", "-shm"}) std::remove((db + suffix).c_str());
+    }
+    return rc;
+  };
   if (!ro.serve_after) {
     demo::run_scenario(*scenario, ro, board, st->get(), std::cout);
     int rc = print_report();
-    std::cout << "\nstored in " << db << "; try: stallwatch explain --db " << db
-              << " --per-process\n";
-    return rc;
+    if (!discard) {
+      std::cout << "\nstored in " << db << "; try: stallwatch explain --db " << db
+                << " --per-process\n";
+    }
+    return finish(rc);
   }
   // Serving: the story, then windows of the last (or, with --hold, the incident) phase until
   // Ctrl-C, then the report.
   demo::run_scenario(*scenario, ro, board, st->get(), std::cout);
-  return print_report();
+  return finish(print_report());
 }
 
 }  // namespace stallwatch::cli
