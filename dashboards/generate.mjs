@@ -1,0 +1,527 @@
+#!/usr/bin/env node
+// Writes the three Grafana dashboards of stallwatch (dashboards/*.json) from one description, so
+// variables, selectors and panel layout stay the same across them. Edit this file, then run
+//   node dashboards/generate.mjs          (rewrites the JSON files)
+//   node dashboards/generate.mjs --check  (exit 1 when a JSON file differs from what it would write)
+// The JSON files are what Grafana imports; this script is only a convenience for editing them.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+const DS = { type: 'prometheus', uid: '${datasource}' };
+// Label matchers of every per-workload series: the dashboard's variables.
+const W = 'job=~"$job", namespace=~"$namespace", pod=~"$pod", cgroup=~"$cgroup"';
+const sel = (extra = '') => `{${W}${extra ? `, ${extra}` : ''}}`;
+// The daemon's own series (no workload labels).
+const SELF = '{job=~"$job"}';
+const SYNC_CALLS = 'cudaStreamSynchronize|cudaDeviceSynchronize|cuStreamSynchronize|cuCtxSynchronize';
+const RI = '$__rate_interval';
+
+// ---------------------------------------------------------------- panel builders
+let nextId = 1;
+let cursor = { x: 0, y: 0, rowH: 0 };
+function resetLayout() {
+  nextId = 1;
+  cursor = { x: 0, y: 0, rowH: 0 };
+}
+// Places a w×h panel left to right, wrapping at 24 columns.
+function place(w, h) {
+  if (cursor.x + w > 24) {
+    cursor.y += cursor.rowH;
+    cursor.x = 0;
+    cursor.rowH = 0;
+  }
+  const pos = { h, w, x: cursor.x, y: cursor.y };
+  cursor.x += w;
+  cursor.rowH = Math.max(cursor.rowH, h);
+  return pos;
+}
+
+function row(title, extra = {}) {
+  if (cursor.x > 0) {
+    cursor.y += cursor.rowH;
+    cursor.x = 0;
+    cursor.rowH = 0;
+  }
+  const p = {
+    collapsed: false,
+    gridPos: { h: 1, w: 24, x: 0, y: cursor.y },
+    id: nextId++,
+    panels: [],
+    title,
+    type: 'row',
+    ...extra,
+  };
+  cursor.y += 1;
+  return p;
+}
+
+function target(expr, legendFormat, refId, extra = {}) {
+  return { datasource: DS, editorMode: 'code', expr, legendFormat, range: true, refId, ...extra };
+}
+const refIds = 'ABCDEFGH';
+function targets(queries) {
+  return queries.map(([expr, legend, extra], i) => target(expr, legend ?? '__auto', refIds[i], extra));
+}
+
+function fieldConfig(unit, extraDefaults = {}, overrides = []) {
+  return {
+    defaults: {
+      color: { mode: 'palette-classic' },
+      unit,
+      ...extraDefaults,
+    },
+    overrides,
+  };
+}
+
+function timeseries(title, description, queries, { unit = 'short', w = 12, h = 8, min, max, stack = false, bars = false } = {}) {
+  const custom = {
+    drawStyle: bars ? 'bars' : 'line',
+    fillOpacity: stack || bars ? 60 : 10,
+    lineWidth: 1,
+    showPoints: 'never',
+    spanNulls: false,
+    stacking: { group: 'A', mode: stack ? 'normal' : 'none' },
+  };
+  const defaults = { custom };
+  if (min !== undefined) defaults.min = min;
+  if (max !== undefined) defaults.max = max;
+  return {
+    datasource: DS,
+    description,
+    fieldConfig: fieldConfig(unit, defaults),
+    gridPos: place(w, h),
+    id: nextId++,
+    options: {
+      legend: { calcs: ['max', 'lastNotNull'], displayMode: 'table', placement: 'bottom', showLegend: true },
+      tooltip: { mode: 'multi', sort: 'desc' },
+    },
+    targets: targets(queries),
+    title,
+    type: 'timeseries',
+  };
+}
+
+function thresholds(steps) {
+  return {
+    mode: 'absolute',
+    steps: [{ color: 'green', value: null }, ...steps.map(([value, color]) => ({ color, value }))],
+  };
+}
+
+function stat(title, description, queries, { unit = 'short', w = 6, h = 5, steps = [], decimals, instant = false } = {}) {
+  const defaults = { color: { mode: 'thresholds' }, thresholds: thresholds(steps) };
+  if (decimals !== undefined) defaults.decimals = decimals;
+  return {
+    datasource: DS,
+    description,
+    fieldConfig: fieldConfig(unit, defaults),
+    gridPos: place(w, h),
+    id: nextId++,
+    options: {
+      colorMode: 'background',
+      graphMode: 'area',
+      justifyMode: 'auto',
+      orientation: 'auto',
+      reduceOptions: { calcs: ['lastNotNull'], fields: '', values: false },
+      textMode: 'auto',
+    },
+    targets: targets(queries.map(([e, l, x]) => [e, l, instant ? { ...x, instant: true, range: false } : x])),
+    title,
+    type: 'stat',
+  };
+}
+
+function table(title, description, queries, { w = 24, h = 8, organize = {}, merge = false, overrides = [] } = {}) {
+  const transformations = [];
+  if (merge) transformations.push({ id: 'merge', options: {} });
+  transformations.push({ id: 'organize', options: { excludeByName: {}, indexByName: {}, renameByName: {}, ...organize } });
+  return {
+    datasource: DS,
+    description,
+    fieldConfig: fieldConfig('short', { color: { mode: 'thresholds' }, thresholds: thresholds([]) }, overrides),
+    gridPos: place(w, h),
+    id: nextId++,
+    options: { cellHeight: 'sm', footer: { show: false, reducer: ['sum'], fields: '' }, showHeader: true },
+    targets: targets(queries.map(([e, l, x]) => [e, l, { format: 'table', instant: true, range: false, ...x }])),
+    title,
+    transformations,
+    type: 'table',
+  };
+}
+
+function heatmap(title, description, expr, { w = 8, h = 8, repeat } = {}) {
+  const p = {
+    datasource: DS,
+    description,
+    fieldConfig: { defaults: { custom: { hideFrom: { legend: false, tooltip: false, viz: false }, scaleDistribution: { type: 'linear' } } }, overrides: [] },
+    gridPos: place(w, h),
+    id: nextId++,
+    options: {
+      calculate: false,
+      cellGap: 1,
+      color: { exponent: 0.5, fill: 'dark-orange', mode: 'scheme', reverse: false, scale: 'exponential', scheme: 'Oranges', steps: 64 },
+      exemplars: { color: 'rgba(255,0,255,0.7)' },
+      filterValues: { le: 1e-9 },
+      legend: { show: true },
+      rowsFrame: { layout: 'auto' },
+      tooltip: { mode: 'single', showColorScale: false, yHistogram: true },
+      yAxis: { axisPlacement: 'left', reverse: false, unit: 's' },
+    },
+    targets: [target(expr, '{{le}}', 'A', { format: 'heatmap' })],
+    title,
+    type: 'heatmap',
+  };
+  if (repeat) Object.assign(p, { repeat, repeatDirection: 'h', maxPerRow: 3 });
+  return p;
+}
+
+function text(title, content, { w = 24, h = 6 } = {}) {
+  return {
+    gridPos: place(w, h),
+    id: nextId++,
+    options: { code: { language: 'plaintext', showLineNumbers: false, showMiniMap: false }, content, mode: 'markdown' },
+    title,
+    type: 'text',
+  };
+}
+
+// ---------------------------------------------------------------- variables
+function queryVar(name, label, query, { description, multi = true, includeAll = true, allValue = '.*' } = {}) {
+  return {
+    allValue,
+    current: { selected: true, text: ['All'], value: ['$__all'] },
+    datasource: DS,
+    description,
+    hide: 0,
+    includeAll,
+    label,
+    multi,
+    name,
+    options: [],
+    query: { qryType: 1, query, refId: 'PrometheusVariableQueryEditor-VariableQuery' },
+    refresh: 2,
+    regex: '',
+    skipUrlSync: false,
+    sort: 1,
+    type: 'query',
+  };
+}
+
+function variables(extra = []) {
+  return [
+    {
+      description: 'The Prometheus that scrapes stallwatch (and dcgm-exporter)',
+      hide: 0,
+      includeAll: false,
+      label: 'Prometheus',
+      multi: false,
+      name: 'datasource',
+      options: [],
+      query: 'prometheus',
+      refresh: 1,
+      regex: '',
+      skipUrlSync: false,
+      type: 'datasource',
+    },
+    queryVar('job', 'job', 'label_values(stallwatch_build_info, job)', {
+      description: 'Scrape job(s) of the stallwatch DaemonSet / hosts',
+    }),
+    queryVar('namespace', 'namespace', 'label_values(stallwatch_cgroup_info{job=~"$job"}, namespace)', {
+      description: 'Kubernetes namespace (All also matches workloads without Kubernetes metadata)',
+    }),
+    queryVar('pod', 'pod', 'label_values(stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace"}, pod)', {
+      description: 'Kubernetes pod (All also matches workloads without Kubernetes metadata)',
+    }),
+    queryVar(
+      'cgroup',
+      'cgroup',
+      'label_values(stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace", pod=~"$pod"}, cgroup)',
+      { description: 'cgroup v2 path of the workload (one container, a systemd unit, a Slurm step)' },
+    ),
+    ...extra,
+  ];
+}
+
+function dashboard({ uid, title, description, tags, panels, extraVars = [], time = 'now-1h' }) {
+  return {
+    annotations: {
+      list: [
+        {
+          builtIn: 1,
+          datasource: { type: 'grafana', uid: '-- Grafana --' },
+          enable: true,
+          hide: true,
+          iconColor: 'rgba(0, 211, 255, 1)',
+          name: 'Annotations & Alerts',
+          type: 'dashboard',
+        },
+      ],
+    },
+    description,
+    editable: true,
+    fiscalYearStartMonth: 0,
+    graphTooltip: 1,
+    id: null,
+    links: [{ asDropdown: true, icon: 'external link', includeVars: true, keepTime: true, tags: ['stallwatch'], targetBlank: false, title: 'stallwatch', tooltip: '', type: 'dashboards', url: '' }],
+    liveNow: false,
+    panels,
+    refresh: '30s',
+    schemaVersion: 39,
+    tags: ['stallwatch', 'gpu', ...tags],
+    templating: { list: variables(extraVars) },
+    time: { from: time, to: 'now' },
+    timepicker: {},
+    timezone: 'browser',
+    title,
+    uid,
+    version: 1,
+    weekStart: '',
+  };
+}
+
+// ---------------------------------------------------------------- 1. overview
+function overview() {
+  resetLayout();
+  const p = [];
+  p.push(row('Causal chains'));
+  p.push(stat('Open chains', 'Causal chains open now (stallwatch_chain_active) for the selected workloads.',
+    [[`sum(stallwatch_chain_active${sel()}) or vector(0)`, 'open']], { w: 4, steps: [[1, 'orange']] }));
+  p.push(stat('Critical chains', 'Chains open now with severity critical: these page.',
+    [[`sum(stallwatch_chain_active${sel('severity="critical"')}) or vector(0)`, 'critical']], { w: 4, steps: [[1, 'red']] }));
+  p.push(timeseries('Active chains by kind and severity', 'stallwatch_chain_active summed by kind and current severity: 1 per open chain.',
+    [[`sum by (kind, severity) (stallwatch_chain_active${sel()})`, '{{kind}} ({{severity}})']], { w: 16, stack: true, min: 0 }));
+  p.push(timeseries('Chains opened per hour', 'rate(stallwatch_chains_total) by kind and the severity each chain opened with, per hour.',
+    [[`3600 * sum by (kind, severity) (rate(stallwatch_chains_total${sel()}[${RI}]))`, '{{kind}} ({{severity}})']], { w: 8, min: 0, unit: 'suffix: chains/h' }));
+  p.push(table('Open chains', 'One line per open chain (stallwatch_chain_active == 1): what, how bad, and which workload. `stallwatch explain --since 1h --cgroup CGROUP` on the node tells the whole story.',
+    [[`stallwatch_chain_active${sel()} == 1`, '']], {
+      w: 16,
+      organize: {
+        excludeByName: { Time: true, Value: true, __name__: true, job: true },
+        indexByName: { kind: 0, severity: 1, namespace: 2, pod: 3, container: 4, cgroup: 5, container_id: 6, instance: 7 },
+      },
+    }));
+
+  p.push(row('CUDA calls'));
+  const q = (phi) =>
+    `histogram_quantile(${phi}, sum by (le, call, namespace, pod, cgroup) (rate(stallwatch_cuda_call_duration_seconds_bucket${sel()}[${RI}])))`;
+  p.push(timeseries('CUDA call p50 per call and workload', 'Median wall time of each traced CUDA runtime/driver/NCCL call (log2 buckets: a value is the upper bound of its power of two).',
+    [[q(0.5), '{{call}} {{namespace}}/{{pod}} {{cgroup}}']], { unit: 's' }));
+  p.push(timeseries('CUDA call p99 per call and workload', 'p99 wall time of each traced call. A sync call whose p99 climbs while the GPU counter stays flat is the host, not the GPU.',
+    [[q(0.99), '{{call}} {{namespace}}/{{pod}} {{cgroup}}']], { unit: 's' }));
+
+  p.push(row('Off-CPU time of the CUDA-issuing threads'));
+  p.push(timeseries('Off-CPU runnable (waiting for a CPU) per workload', 'stallwatch_offcpu_ratio{state="runnable"}: share of the CUDA-issuing threads\' time spent runnable but not running (CPU contention).',
+    [[`max by (namespace, pod, cgroup) (stallwatch_offcpu_ratio${sel('state="runnable"')})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+  p.push(timeseries('Off-CPU blocked (sleeping) per workload', 'stallwatch_offcpu_ratio{state="blocked"}: share spent sleeping (I/O, locks, memory reclaim, waiting on the GPU).',
+    [[`max by (namespace, pod, cgroup) (stallwatch_offcpu_ratio${sel('state="blocked"')})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+  p.push(timeseries('GPU starvation per workload', 'stallwatch_gpu_starvation_ratio: share of wall time blocked outside any CUDA call, the host making the GPU wait between steps.',
+    [[`max by (namespace, pod, cgroup) (stallwatch_gpu_starvation_ratio${sel()})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+
+  p.push(row('stallwatch health (the daemons of $job)'));
+  p.push(stat('Scrape targets up', 'up of the stallwatch scrape job: fewer than the node count means a node is blind.',
+    [[`sum(up${SELF})`, 'up'], [`count(up${SELF})`, 'targets']], { w: 4 }));
+  p.push(timeseries('Scrape duration and failures', 'scrape_duration_seconds per daemon, and targets whose last scrape failed (up == 0).',
+    [[`max by (instance) (scrape_duration_seconds${SELF})`, '{{instance}} duration'], [`count by (instance) (up${SELF} == 0)`, '{{instance}} scrape failing']], { unit: 's', w: 6 }));
+  p.push(timeseries('Traced processes', 'stallwatch_traced_processes: processes mapping a traced CUDA/NCCL library, per daemon.',
+    [[`sum by (instance) (stallwatch_traced_processes${SELF})`, '{{instance}}']], { w: 6, min: 0 }));
+  p.push(timeseries('Kernel events lost', 'rate(stallwatch_events_lost_total) by source: anything above 0 means counts are undercounted.',
+    [[`sum by (instance, source) (rate(stallwatch_events_lost_total${SELF}[${RI}]))`, '{{instance}} {{source}}']], { unit: 'cps', w: 8, min: 0 }));
+  p.push(timeseries('Export errors', 'OTLP failed attempts and dropped points (present with --otlp-endpoint), store write errors and dropped batches.',
+    [
+      [`sum by (instance, reason) (rate(stallwatch_otlp_failures_total${SELF}[${RI}]))`, '{{instance}} otlp failure {{reason}}'],
+      [`sum by (instance, reason) (rate(stallwatch_otlp_points_dropped_total${SELF}[${RI}]))`, '{{instance}} otlp dropped {{reason}}'],
+      [`sum by (instance) (rate(stallwatch_store_write_errors_total${SELF}[${RI}]))`, '{{instance}} store write errors'],
+      [`sum by (instance) (rate(stallwatch_store_batches_dropped_total${SELF}[${RI}]))`, '{{instance}} store batches dropped'],
+    ], { unit: 'cps', w: 24, min: 0 }));
+  return dashboard({
+    uid: 'stallwatch-overview',
+    title: 'GPU stalls — overview',
+    description: 'stallwatch: open causal chains, CUDA call latency, off-CPU time of the CUDA-issuing threads and the health of the daemons.',
+    tags: ['overview'],
+    panels: p,
+  });
+}
+
+// ---------------------------------------------------------------- 2. what the GPU counter hides
+function counterHides() {
+  resetLayout();
+  const p = [];
+  // DCGM series of the selected pods, restricted to the selected stallwatch workloads (cgroup).
+  const dcgm = `DCGM_FI_DEV_GPU_UTIL{namespace=~"$namespace", pod=~"$pod", pod!=""}`;
+  const inWorkloads = `on (namespace, pod) group_left () max by (namespace, pod) (stallwatch_cgroup_info${sel()})`;
+  const util = (by) => `avg by (${by}) (${dcgm} * ${inWorkloads})`;
+  const syncSel = sel(`call=~"${SYNC_CALLS}"`);
+  const syncP99 = (by) => `histogram_quantile(0.99, sum by (${by}le) (rate(stallwatch_cuda_call_duration_seconds_bucket${syncSel}[${RI}])))`;
+  p.push(text('How to read this dashboard', [
+    '**The GPU counter says "a kernel was running", not "the job is fast".** `DCGM_FI_DEV_GPU_UTIL` counts the share of time *any* kernel was resident; a job whose CPU threads are starved still shows 90%+ while its steps take twice as long.',
+    '',
+    'For each pod: **GPU utilisation** (dcgm-exporter) beside what stallwatch sees on the host for the same pod: the share of time its CUDA-issuing threads were **runnable but not running** (waiting for a CPU), the share **blocked outside CUDA calls** (GPU starved by the DataLoader, disk, network) and the **p99 of the synchronize calls** (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cuStreamSynchronize`, `cuCtxSynchronize`).',
+    '',
+    '*High GPU utilisation + high runnable ratio + rising sync p99* = CPU contention (DataLoader workers, agents): see the overview\'s open chains and `stallwatch explain` on the node. *Lower utilisation + high starvation* = the host cannot feed the GPU (I/O, network). *High utilisation, calm host, high sync p99* = the GPU itself is the bottleneck.',
+    '',
+    'Needs dcgm-exporter with Kubernetes pod mapping (`pod`, `namespace`, `container` labels on `DCGM_FI_*`), see dashboards/README.md.',
+  ].join('\n'), { h: 7 }));
+  p.push(table('All selected pods at a glance', 'Last values per pod: GPU utilisation (DCGM), off-CPU runnable ratio, GPU starvation and sync p99 (stallwatch).',
+    [
+      [util('namespace, pod'), ''],
+      [`max by (namespace, pod) (stallwatch_offcpu_ratio${sel('state="runnable"')})`, ''],
+      [`max by (namespace, pod) (stallwatch_gpu_starvation_ratio${sel()})`, ''],
+      [syncP99('namespace, pod, '), ''],
+    ], {
+      h: 7,
+      merge: true,
+      organize: {
+        excludeByName: { Time: true },
+        indexByName: { namespace: 0, pod: 1, 'Value #A': 2, 'Value #B': 3, 'Value #C': 4, 'Value #D': 5 },
+        renameByName: { 'Value #A': 'GPU util (DCGM)', 'Value #B': 'off-CPU runnable', 'Value #C': 'GPU starvation', 'Value #D': 'sync p99' },
+      },
+      overrides: [
+        { matcher: { id: 'byName', options: 'GPU util (DCGM)' }, properties: [{ id: 'unit', value: 'percent' }, { id: 'decimals', value: 0 }] },
+        { matcher: { id: 'byName', options: 'off-CPU runnable' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'custom.cellOptions', value: { type: 'color-background' } }, { id: 'thresholds', value: thresholds([[0.1, 'orange'], [0.3, 'red']]) }] },
+        { matcher: { id: 'byName', options: 'GPU starvation' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'custom.cellOptions', value: { type: 'color-background' } }, { id: 'thresholds', value: thresholds([[0.1, 'orange'], [0.3, 'red']]) }] },
+        { matcher: { id: 'byName', options: 'sync p99' }, properties: [{ id: 'unit', value: 's' }] },
+      ],
+    }));
+  // One row per selected pod (repeat), the same four numbers and their history side by side.
+  p.push(row('pod $pod', { repeat: 'pod' }));
+  p.push(stat('GPU utilisation (DCGM)', 'DCGM_FI_DEV_GPU_UTIL averaged over the GPUs of the pod: what nvidia-smi and most dashboards show.',
+    [[util('namespace, pod'), '{{pod}}']], { unit: 'percent', steps: [], decimals: 0 }));
+  p.push(stat('Off-CPU: waiting for a CPU', 'stallwatch_offcpu_ratio{state="runnable"}: share of the CUDA-issuing threads\' time runnable but not running.',
+    [[`max by (namespace, pod) (stallwatch_offcpu_ratio${sel('state="runnable"')})`, '{{pod}}']], { unit: 'percentunit', steps: [[0.1, 'orange'], [0.3, 'red']] }));
+  p.push(stat('GPU starved by the host', 'stallwatch_gpu_starvation_ratio: share of wall time blocked outside any CUDA call (waiting for data).',
+    [[`max by (namespace, pod) (stallwatch_gpu_starvation_ratio${sel()})`, '{{pod}}']], { unit: 'percentunit', steps: [[0.1, 'orange'], [0.3, 'red']] }));
+  p.push(stat('Synchronize p99', 'p99 of cudaStreamSynchronize, cudaDeviceSynchronize, cuStreamSynchronize and cuCtxSynchronize together.',
+    [[syncP99('namespace, pod, '), '{{pod}}']], { unit: 's', steps: [[0.05, 'orange'], [0.25, 'red']] }));
+  p.push(timeseries('GPU utilisation per GPU (DCGM)', 'DCGM_FI_DEV_GPU_UTIL of each GPU assigned to the pod.',
+    [[util('namespace, pod, Hostname, gpu, UUID'), '{{Hostname}} GPU {{gpu}}']], { unit: 'percent', w: 8, min: 0, max: 100 }));
+  p.push(timeseries('Off-CPU ratio (runnable, blocked)', 'stallwatch_offcpu_ratio of the pod\'s CUDA-issuing threads by state.',
+    [[`max by (namespace, pod, state) (stallwatch_offcpu_ratio${sel('state=~"runnable|blocked"')})`, '{{state}}']], { unit: 'percentunit', w: 8, min: 0, max: 1, stack: true }));
+  p.push(timeseries('Synchronize latency p99 per call', 'p99 of each synchronize call of the pod.',
+    [[syncP99('namespace, pod, call, '), '{{call}}']], { unit: 's', w: 8 }));
+  return dashboard({
+    uid: 'stallwatch-gpu-counter-hides',
+    title: 'What the GPU counter hides',
+    description: 'DCGM GPU utilisation beside stallwatch\'s off-CPU ratio and synchronize latency for the same pod: "97% busy but slow" at a glance.',
+    tags: ['dcgm'],
+    panels: p,
+  });
+}
+
+// ---------------------------------------------------------------- 3. workload drill-down
+function workload() {
+  resetLayout();
+  const p = [];
+  const hq = (metric, by, extra = '') =>
+    `histogram_quantile(0.99, sum by (${by}, le) (rate(${metric}_bucket${sel(extra)}[${RI}])))`;
+  p.push(row('Chains of this workload'));
+  p.push(table('Open chains', 'Chains open now on the selected workload (stallwatch_chain_active == 1).',
+    [[`stallwatch_chain_active${sel()} == 1`, '']], {
+      w: 12,
+      organize: {
+        excludeByName: { Time: true, Value: true, __name__: true, job: true },
+        indexByName: { kind: 0, severity: 1, namespace: 2, pod: 3, container: 4, cgroup: 5, container_id: 6, instance: 7 },
+      },
+    }));
+  p.push(timeseries('Chains by kind and severity', 'Open chains over time (stallwatch_chain_active), by kind and current severity.',
+    [[`sum by (kind, severity) (stallwatch_chain_active${sel()})`, '{{kind}} ({{severity}})']], { w: 8, min: 0, stack: true }));
+  p.push(stat('Chains opened in the time range', 'increase(stallwatch_chains_total) over the dashboard\'s time range, by kind.',
+    [[`sum by (kind) (increase(stallwatch_chains_total${sel()}[$__range]))`, '{{kind}}']], { w: 4, h: 8, instant: true, decimals: 0, steps: [[1, 'orange']] }));
+
+  p.push(row('CUDA call latency'));
+  p.push(heatmap('Latency heatmap: $call', 'stallwatch_cuda_call_duration_seconds buckets (powers of two of seconds) of the selected workload, one heatmap per call.',
+    `sum by (le) (increase(stallwatch_cuda_call_duration_seconds_bucket${sel('call=~"$call"')}[${RI}]))`, { repeat: 'call' }));
+  p.push(timeseries('p99 per call', 'p99 wall time per traced call.',
+    [[hq('stallwatch_cuda_call_duration_seconds', 'api, call', 'call=~"$call"'), '{{api}} {{call}}']], { unit: 's', w: 12 }));
+  p.push(timeseries('Calls per second', 'Traced calls per second, per call.',
+    [[`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_count${sel('call=~"$call"')}[${RI}]))`, '{{call}}']], { unit: 'cps', w: 12 }));
+
+  p.push(row('CPU: off-CPU time'));
+  p.push(timeseries('Off-CPU inside calls, per call and state', 'rate(stallwatch_cuda_call_offcpu_seconds_total): seconds per second the calling threads spent off-CPU inside each call (runnable: waiting for a CPU; blocked: sleeping).',
+    [[`sum by (call, state) (rate(stallwatch_cuda_call_offcpu_seconds_total${sel('call=~"$call"')}[${RI}]))`, '{{call}} {{state}}']], { unit: 's', w: 8, stack: true }));
+  p.push(timeseries('Off-CPU of the CUDA-issuing threads', 'rate(stallwatch_offcpu_seconds_total) by state, in or out of calls, and the window ratio.',
+    [
+      [`sum by (state) (rate(stallwatch_offcpu_seconds_total${sel()}[${RI}]))`, '{{state}} s/s'],
+    ], { unit: 's', w: 8, stack: true }));
+  p.push(timeseries('Off-CPU ratio and GPU starvation', 'stallwatch_offcpu_ratio by state and stallwatch_gpu_starvation_ratio (blocked outside CUDA calls).',
+    [
+      [`max by (state) (stallwatch_offcpu_ratio${sel()})`, 'off-CPU {{state}}'],
+      [`max(stallwatch_gpu_starvation_ratio${sel()})`, 'GPU starvation'],
+    ], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+
+  p.push(row('Memory'));
+  p.push(timeseries('Reclaim time', 'rate(stallwatch_memory_reclaim_seconds_total): direct (node short of memory) or memcg (the cgroup at its limit).',
+    [[`sum by (kind) (rate(stallwatch_memory_reclaim_seconds_total${sel()}[${RI}]))`, '{{kind}}']], { unit: 's', w: 8, min: 0 }));
+  p.push(timeseries('OOM kills', 'increase(stallwatch_oom_kills_total) by victim (cuda: a CUDA-issuing process was killed).',
+    [[`sum by (victim) (increase(stallwatch_oom_kills_total${sel()}[${RI}]))`, '{{victim}}']], { w: 8, min: 0, bars: true }));
+  p.push(timeseries('Pressure stall (PSI)', 'rate(stallwatch_pressure_stall_seconds_total): share of time some / all tasks of the cgroup stalled on cpu, memory or io.',
+    [[`sum by (resource, scope) (rate(stallwatch_pressure_stall_seconds_total${sel()}[${RI}]))`, '{{resource}} {{scope}}']], { unit: 'percentunit', w: 8, min: 0 }));
+
+  p.push(row('Disk I/O'));
+  p.push(timeseries('Block I/O p99 per device and op', 'p99 of stallwatch_block_io_duration_seconds (submission to completion) of the requests the workload\'s tasks submitted.',
+    [[hq('stallwatch_block_io_duration_seconds', 'device, op'), '{{device}} {{op}}']], { unit: 's', w: 8 }));
+  p.push(timeseries('Block I/O throughput', 'rate(stallwatch_block_io_bytes_total) per device and op.',
+    [[`sum by (device, op) (rate(stallwatch_block_io_bytes_total${sel()}[${RI}]))`, '{{device}} {{op}}']], { unit: 'Bps', w: 8, min: 0 }));
+  p.push(heatmap('Block I/O latency heatmap', 'stallwatch_block_io_duration_seconds buckets, all devices and ops.',
+    `sum by (le) (increase(stallwatch_block_io_duration_seconds_bucket${sel()}[${RI}]))`));
+
+  p.push(row('Network and NCCL'));
+  p.push(timeseries('TCP retransmits', 'rate(stallwatch_tcp_retransmits_total): segments retransmitted on the workload\'s sockets.',
+    [[`sum by (family) (rate(stallwatch_tcp_retransmits_total${sel()}[${RI}]))`, '{{family}}']], { unit: 'cps', w: 12, min: 0 }));
+  p.push(timeseries('NCCL bytes per op and rank', 'rate(stallwatch_nccl_op_bytes_total) per op, rank and world size.',
+    [[`sum by (op, rank, world_size) (rate(stallwatch_nccl_op_bytes_total${sel()}[${RI}]))`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 'Bps', w: 12, min: 0 }));
+  p.push(timeseries('NCCL mean op time per rank', 'Mean stallwatch_nccl_op_duration_seconds per op and local rank: a straggler rank stands out.',
+    [[`sum by (op, rank, world_size) (rate(stallwatch_nccl_op_duration_seconds_sum${sel()}[${RI}])) / sum by (op, rank, world_size) (rate(stallwatch_nccl_op_duration_seconds_count${sel()}[${RI}]))`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
+  p.push(timeseries('NCCL op p99 per rank', 'p99 of stallwatch_nccl_op_duration_seconds per op, rank and world size.',
+    [[hq('stallwatch_nccl_op_duration_seconds', 'op, rank, world_size'), '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
+
+  return dashboard({
+    uid: 'stallwatch-workload',
+    title: 'Workload drill-down',
+    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, and its chains.',
+    tags: ['workload'],
+    panels: p,
+    extraVars: [
+      queryVar('call', 'call', 'label_values(stallwatch_cuda_call_duration_seconds_count{job=~"$job", namespace=~"$namespace", pod=~"$pod", cgroup=~"$cgroup"}, call)', {
+        description: 'Traced CUDA / NCCL calls of the workload (one heatmap each)',
+        allValue: '.+',
+      }),
+    ],
+  });
+}
+
+export const dashboards = {
+  'stallwatch-overview.json': overview,
+  'stallwatch-gpu-counter-hides.json': counterHides,
+  'stallwatch-workload.json': workload,
+};
+
+export function render(build) {
+  return JSON.stringify(build(), null, 2) + '\n';
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const check = process.argv.includes('--check');
+  let stale = 0;
+  for (const [file, build] of Object.entries(dashboards)) {
+    const path = join(here, file);
+    const text = render(build);
+    if (check) {
+      let old = '';
+      try {
+        old = readFileSync(path, 'utf8');
+      } catch {}
+      if (old !== text) {
+        console.error(`${file}: differs from generate.mjs (run: node dashboards/generate.mjs)`);
+        stale++;
+      }
+    } else {
+      writeFileSync(path, text);
+      console.log(`wrote ${path}`);
+    }
+  }
+  process.exit(stale ? 1 : 0);
+}

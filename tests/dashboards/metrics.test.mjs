@@ -1,0 +1,136 @@
+// Every metric the dashboards read exists in the real daemon's exposition, with the labels the
+// dashboards filter and group on. The real binary ($STALLWATCH_BIN) runs `demo SCENARIO --listen
+// --hold` for scenarios that between them produce every family (OTLP self-metrics need
+// --otlp-endpoint: a closed port here), /metrics is scraped once each has its evidence, and every
+// name used (histogram samples _bucket/_sum/_count included) must be a sample name of it.
+// Series from other exporters are allowed by the explicit list below, and nothing else.
+import assert from 'node:assert/strict';
+import test from 'node:test';
+import { freePort, startDemo, stopDemo, waitFor } from '../e2e/otlp/demo.mjs';
+import { EXPECTED, expressions, loadDashboard, metricNames, selectors } from './lib.mjs';
+
+// Not stallwatch's: dcgm-exporter's GPU utilisation (its labels, with Kubernetes pod mapping)
+// and Prometheus' own per-target series.
+const EXTERNAL = {
+  DCGM_FI_DEV_GPU_UTIL: ['gpu', 'UUID', 'device', 'modelName', 'Hostname', 'DCGM_FI_DRIVER_VERSION', 'pod', 'namespace', 'container'],
+  up: [],
+  scrape_duration_seconds: [],
+};
+// Labels Prometheus adds to every scraped series, and the histogram bucket label.
+const TARGET_LABELS = ['job', 'instance'];
+
+// Scenario, extra flags, and the sample that says it has reached its evidence.
+const SCENARIOS = [
+  ['incident', ['--hold'], 'stallwatch_cuda_call_duration_seconds_bucket', true],
+  // The OOM kill comes after the hold phase: let the story run (fast windows) past it.
+  ['memory-pressure', ['--window', '200ms'], 'stallwatch_oom_kills_total', false],
+  ['io-stall', ['--hold'], 'stallwatch_block_io_duration_seconds_bucket', false],
+  ['network-retransmit', ['--hold'], 'stallwatch_tcp_retransmits_total', false],
+  ['nccl-straggler', ['--hold'], 'stallwatch_nccl_op_duration_seconds_bucket', false],
+];
+
+// { sampleName: Set(label names) } of one exposition.
+function parseExposition(text) {
+  const out = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s/.exec(line);
+    if (!m) continue;
+    const labels = out.get(m[1]) ?? new Set();
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="/g)) labels.add(l[1]);
+    out.set(m[1], labels);
+  }
+  return out;
+}
+
+async function scrape(url) {
+  const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(3000) });
+  if (!res.ok) throw new Error(`/metrics answered ${res.status}`);
+  return res.text();
+}
+
+async function exposition() {
+  const closed = await freePort(); // nothing listens there: OTLP attempts fail, metrics appear
+  const all = new Map();
+  const runs = SCENARIOS.map(async ([scenario, flags, ready, otlp]) => {
+    const args = ['--window', '1s', '--db', 'none', ...flags];
+    if (otlp) args.push('--otlp-endpoint', `http://127.0.0.1:${closed}`);
+    const demo = await startDemo({ scenario, args, timeoutMs: 20000 });
+    try {
+      const text = await waitFor(
+        async () => {
+          const t = await scrape(demo.url);
+          const has = (n) => new RegExp(`^${n}[{ ]`, 'm').test(t);
+          return has('stallwatch_chain_active') && has(ready) && (!otlp || has('stallwatch_otlp_failures_total')) && t;
+        },
+        { timeoutMs: 45000, intervalMs: 250, what: `${ready} in /metrics of demo ${scenario}` },
+      );
+      return parseExposition(text);
+    } finally {
+      await stopDemo(demo);
+    }
+  });
+  for (const m of await Promise.all(runs)) {
+    for (const [name, labels] of m) all.set(name, new Set([...(all.get(name) ?? []), ...labels]));
+  }
+  return all;
+}
+
+test('every metric and label the dashboards use is in the exposition of the real daemon', { timeout: 120000 }, async () => {
+  const exposed = await exposition();
+  assert.ok(exposed.has('stallwatch_chain_active'), 'scrape failed');
+  const labelsOf = (name) => {
+    if (name in EXTERNAL) return new Set([...EXTERNAL[name], ...TARGET_LABELS]);
+    return new Set([...(exposed.get(name) ?? []), ...TARGET_LABELS]);
+  };
+  const problems = [];
+  const used = new Set();
+  for (const f of EXPECTED) {
+    for (const { where, expr } of expressions(loadDashboard(f))) {
+      const names = metricNames(expr);
+      if (names.length === 0) problems.push(`${f} ${where}: reads no metric: ${expr}`);
+      for (const n of names) {
+        used.add(n);
+        if (n in EXTERNAL) continue;
+        if (!n.startsWith('stallwatch_')) problems.push(`${f} ${where}: ${n} is neither stallwatch's nor in the allowed list`);
+        else if (!exposed.has(n)) {
+          const family = n.replace(/_(bucket|sum|count)$/, '');
+          const hint = exposed.has(`${family}_bucket`) ? ` (${family} is a histogram: use ${family}_bucket/_sum/_count)` : '';
+          problems.push(`${f} ${where}: ${n} is not in /metrics${hint}`);
+        }
+      }
+      // Label names in matchers must exist on that metric.
+      for (const { name, labels } of selectors(expr)) {
+        const have = labelsOf(name);
+        for (const l of labels) if (!have.has(l)) problems.push(`${f} ${where}: ${name} has no label ${l}`);
+      }
+      // Grouping labels must exist on some metric of the expression (or be le of a histogram).
+      const have = new Set(names.flatMap((n) => [...labelsOf(n)]));
+      for (const g of expr.matchAll(/\b(?:by|on|without|ignoring)\s*\(([^)]*)\)/g)) {
+        for (const l of g[1].split(',').map((x) => x.trim()).filter(Boolean)) {
+          if (!have.has(l)) problems.push(`${f} ${where}: groups by ${l}, which none of ${names.join(', ')} has`);
+        }
+      }
+    }
+    // The label a label_values(...) variable lists exists on its metric.
+    for (const v of loadDashboard(f).templating.list) {
+      if (v.type !== 'query') continue;
+      const q = typeof v.query === 'string' ? v.query : v.query.query;
+      const m = /^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*).*,\s*([a-zA-Z_]\w*)\s*\)$/s.exec(q);
+      if (m && !labelsOf(m[1]).has(m[2])) problems.push(`${f} $${v.name}: ${m[1]} has no label ${m[2]}`);
+    }
+  }
+  assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
+  // The families issue 6 names are all on some dashboard.
+  for (const n of [
+    'stallwatch_chain_active', 'stallwatch_chains_total', 'stallwatch_cuda_call_duration_seconds_bucket',
+    'stallwatch_offcpu_ratio', 'stallwatch_events_lost_total', 'stallwatch_traced_processes',
+    'stallwatch_otlp_failures_total', 'stallwatch_otlp_points_dropped_total', 'stallwatch_store_write_errors_total',
+    'stallwatch_memory_reclaim_seconds_total', 'stallwatch_oom_kills_total', 'stallwatch_pressure_stall_seconds_total',
+    'stallwatch_block_io_duration_seconds_bucket', 'stallwatch_block_io_bytes_total', 'stallwatch_gpu_starvation_ratio',
+    'stallwatch_tcp_retransmits_total', 'stallwatch_nccl_op_duration_seconds_sum', 'stallwatch_nccl_op_bytes_total',
+    'stallwatch_cuda_call_offcpu_seconds_total', 'DCGM_FI_DEV_GPU_UTIL', 'up', 'scrape_duration_seconds',
+  ]) {
+    assert.ok(used.has(n), `no dashboard reads ${n}`);
+  }
+});
