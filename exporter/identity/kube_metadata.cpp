@@ -199,8 +199,11 @@ void KubeMetadata::annotate(Identity& id) {
       if (it != pods_.end()) {
         id.pod = it->second.name;
         id.pod_namespace = it->second.pod_namespace;
-      } else if (settings_.enabled && !refresh_asked_) {
-        ask = refresh_asked_ = true;
+      } else if (settings_.enabled && !not_listed_.contains(id.pod_uid) &&
+                 asked_for_.size() < kMaxPods) {
+        asked_for_.insert(id.pod_uid);
+        ask = !refresh_asked_;
+        refresh_asked_ = true;
       }
     }
     if (!id.container_id.empty()) {
@@ -223,6 +226,12 @@ void KubeMetadata::replace(const std::vector<KubePod>& pods) {
   pods_.swap(by_uid);
   containers_.swap(containers);
   stats_.pods = pods.size();
+  // UIDs asked about before this list and still not in it: no more early lists for them.
+  for (const auto& uid : asked_for_) {
+    if (!pods_.contains(uid) && not_listed_.size() < kMaxPods) not_listed_.insert(uid);
+  }
+  asked_for_.clear();
+  std::erase_if(not_listed_, [&](const std::string& uid) { return pods_.contains(uid); });
 }
 
 KubeStats KubeMetadata::stats() const {

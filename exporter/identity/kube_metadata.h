@@ -23,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -91,7 +92,9 @@ class KubeMetadata {
   KubeMetadata& operator=(const KubeMetadata&) = delete;
 
   // Fills id.pod, id.pod_namespace and id.container where the pod UID / container id are known.
-  // An unknown pod UID asks the refresher for an early list (rate-limited).
+  // An unknown pod UID asks the refresher for one early list (rate-limited); a UID still absent
+  // from that list waits for the periodic ones (a deleted pod's lingering cgroup, a static pod
+  // without a mirror) instead of asking again.
   void annotate(Identity& id);
 
   // Replaces the cache (the refresher's list; the demo's synthetic pods).
@@ -119,6 +122,8 @@ class KubeMetadata {
   std::map<std::string, std::string> containers_;  // container id → name; guarded by mu_
   KubeStats stats_;                               // guarded by mu_
   bool refresh_asked_ = false;                    // guarded by mu_
+  std::set<std::string> asked_for_;   // unknown UIDs an early list was asked for; guarded by mu_
+  std::set<std::string> not_listed_;  // UIDs an early list did not have; guarded by mu_
   std::optional<std::chrono::steady_clock::time_point> last_list_;  // guarded by mu_
   bool failing_ = false;                          // refresher thread only
   std::atomic<bool> stopping_{false};

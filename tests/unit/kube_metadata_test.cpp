@@ -246,6 +246,23 @@ TEST(KubeMetadata, AnUnknownPodAsksForOneEarlyListAndTheRotatedToken) {
   EXPECT_EQ(reqs[1].headers.at("authorization"), "Bearer token-two");
 }
 
+TEST(KubeMetadata, APodAbsentFromTheEarlyListWaitsForThePeriodicOnes) {
+  ScriptedServer server({ok(fixture()), ok(fixture()), ok(fixture())});
+  TokenFile token("t");
+  KubeMetadata kube(settings_for(server, token));  // min_refresh 50 ms, refresh 1 h
+  ASSERT_TRUE(kube.wait_for_lists(1, 5s));
+  annotated(kube, kNewPodCgroup);
+  ASSERT_TRUE(kube.wait_for_lists(2, 5s));
+  // Not on this node's list (a deleted pod's lingering cgroup): asking again, window after
+  // window, must not turn into a list every min_refresh.
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(annotated(kube, kNewPodCgroup).pod, "");
+    std::this_thread::sleep_for(30ms);  // ten windows' worth of asking, 6× min_refresh
+  }
+  EXPECT_FALSE(kube.wait_for_lists(3, 200ms));
+  EXPECT_EQ(server.requests().size(), 2u);
+}
+
 TEST(KubeMetadata, KeepsTheLastGoodNamesThroughFailures) {
   Action hang = ok(fixture());
   hang.hold = true;  // the fifth list never ends, so the counts below are final
