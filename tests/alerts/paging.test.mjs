@@ -80,6 +80,7 @@ test('a critical cpu_contention chain pages PagerDuty with its kind and workload
     const details = body.payload.custom_details;
     assert.equal(details.kind, 'cpu_contention');
     assert.equal(details.severity, 'critical');
+    assert.equal(details.num_firing, '1');
     assert.equal(details.cgroup, chain.labels.cgroup);
     assert.equal(details.container_id, chain.labels.container_id ?? '');
     assert.equal(details.pod, chain.labels.pod ?? '');
