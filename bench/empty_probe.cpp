@@ -1,7 +1,9 @@
 // empty_probe LIBRARY: the baseline of bench/run.sh. Attaches the empty uprobe + uretprobe pair of
 // empty_probe.bpf.c where the daemon's LibraryProbes::attach would attach cuda_enter/cuda_exit:
 // one pair per distinct file offset of every exported symbol call_for_symbol() knows, pid -1 (all
-// processes). Prints "ready" once every probe is attached, then holds them until SIGTERM/SIGINT.
+// processes). With --sched, also an empty tp_btf program on sched_switch and on sched_wakeup (the
+// floor of the scheduler hooks). Prints "ready" once every probe is attached, then holds them
+// until SIGTERM/SIGINT.
 // Exit status: 0 after a clean detach, 1 on any failure (nothing is left attached), 2 on usage.
 #include <bpf/libbpf.h>
 #include <signal.h>
@@ -45,8 +47,10 @@ LinkPtr attach(bpf_program* prog, const std::string& path, std::uint64_t offset,
 
 int main(int argc, char** argv) {
   using namespace stallwatch::trace;
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: empty_probe LIBRARY   (e.g. build/mock/libcudart.so.12)\n");
+  const bool sched = argc == 3 && std::strcmp(argv[2], "--sched") == 0;
+  if (argc != 2 && !sched) {
+    std::fprintf(stderr,
+                 "usage: empty_probe LIBRARY [--sched]   (e.g. build/mock/libcudart.so.12)\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -78,13 +82,27 @@ int main(int argc, char** argv) {
   sigaddset(&stop, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
-  std::unique_ptr<empty_probe_bpf, SkelDeleter> skel(empty_probe_bpf__open_and_load());
-  if (!skel) {
+  std::unique_ptr<empty_probe_bpf, SkelDeleter> skel(empty_probe_bpf__open());
+  if (skel && !sched) {
+    bpf_program__set_autoload(skel->progs.empty_switch, false);
+    bpf_program__set_autoload(skel->progs.empty_wakeup, false);
+  }
+  if (!skel || empty_probe_bpf__load(skel.get()) != 0) {
     std::fprintf(stderr, "empty_probe: loading the BPF object: %s\n", std::strerror(errno));
     return 1;
   }
   std::vector<LinkPtr> links;
   bool ok = true;
+  if (sched) {
+    for (bpf_program* prog : {skel->progs.empty_switch, skel->progs.empty_wakeup}) {
+      links.emplace_back(bpf_program__attach(prog));
+      if (!links.back()) {
+        std::fprintf(stderr, "empty_probe: attaching %s: %s\n", bpf_program__name(prog),
+                     std::strerror(errno));
+        return 1;
+      }
+    }
+  }
   for (const auto& [offset, name] : targets) {
     links.push_back(attach(skel->progs.empty_enter, path, offset, false));
     links.push_back(attach(skel->progs.empty_exit, path, offset, true));
