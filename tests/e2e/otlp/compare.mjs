@@ -2,7 +2,8 @@
 // histograms re-binned both ways, and the invariants every push must keep.
 //
 // Model (issue): resource = the workload (`cgroup` label -> stallwatch.cgroup, `container_id` ->
-// container.id), the other non-empty labels -> data point attributes with the same keys.
+// container.id, `pod` / `namespace` / `container` -> k8s.pod.name / k8s.namespace.name /
+// k8s.container.name), the other non-empty labels -> data point attributes with the same keys.
 import assert from 'node:assert/strict';
 import {
   metricPoints,
@@ -16,7 +17,14 @@ import {
 
 export const MAX_BODY_BYTES = 500_000; // "Payloads <= 500 KB uncompressed"
 
-const RESOURCE_LABELS = new Set(['cgroup', 'container_id']);
+// Identity labels and the resource attributes they become.
+const RESOURCE_ATTRIBUTES = {
+  container_id: 'container.id',
+  pod: 'k8s.pod.name',
+  namespace: 'k8s.namespace.name',
+  container: 'k8s.container.name',
+};
+const RESOURCE_LABELS = new Set(['cgroup', ...Object.keys(RESOURCE_ATTRIBUTES)]);
 
 // A Prometheus sample's labels -> { resource (identity part), attrs } in the OTLP model.
 export function promLabelsToOtlp(labels) {
@@ -224,12 +232,9 @@ export function assertSameWindow(families, points, { histogram = 'explicit', tem
     const pointsByKey = new Map(ps.map((p) => [otlpKey(p), p]));
     assert.equal(pointsByKey.size, ps.length, `${name}: one point per series`);
     const checkResource = (p, labels) => {
-      if (labels.container_id) {
-        assert.equal(
-          p.resource['container.id'],
-          labels.container_id,
-          `${name}: container.id of ${p.key}`,
-        );
+      for (const [label, attribute] of Object.entries(RESOURCE_ATTRIBUTES)) {
+        if (!labels[label]) continue;
+        assert.equal(p.resource[attribute], labels[label], `${name}: ${attribute} of ${p.key}`);
       }
     };
     if (fam.type === 'histogram') {
