@@ -10,11 +10,14 @@
 #     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair,
 #     block_io_start/done under O_DIRECT reads from an unwatched and from a watched cgroup;
 #  4. engine and store (user space only, bench/engine_bench): ring-buffer records/s through the
-#     chain engine, Engine::observe per window, store rows/s and MiB/hour, explain over 24 h.
+#     chain engine, Engine::observe per window, store rows/s and MiB/hour, explain over 24 h;
+#  5. exposition (user space only, bench/exposition_bench): /metrics latency over real HTTP,
+#     render cost, body size, OTLP encode time and size, for 16..1024 cgroup series.
 # Writes bench/results/latest.json and prints a table. Knobs (environment): ROUNDS, CALLS,
 # RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, IO_READS, PORT, BUILD, JOBS, OUT,
-# ENGINE_REPS, ENGINE_CPU, ENGINE_DIR, and ONLY=engine: part 4 alone, without root; it replaces
-# only the "engine" key of OUT (creating OUT when missing).
+# ENGINE_REPS, ENGINE_CPU, ENGINE_DIR, EXPO_REPS, EXPO_MAX_SECONDS, EXPO_CPU, EXPO_CGROUPS,
+# EXPO_PORT, and ONLY=engine / ONLY=exposition: part 4 / part 5 alone, without root; each
+# replaces only its own key of OUT ("engine" / "exposition"), creating OUT when missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +37,11 @@ ONLY="${ONLY:-}"
 ENGINE_REPS="${ENGINE_REPS:-5}"
 ENGINE_CPU="${ENGINE_CPU:-0}"
 ENGINE_DIR="${ENGINE_DIR:-/tmp}"
+EXPO_REPS="${EXPO_REPS:-100}"
+EXPO_MAX_SECONDS="${EXPO_MAX_SECONDS:-10}"
+EXPO_CPU="${EXPO_CPU:-0}"
+EXPO_CGROUPS="${EXPO_CGROUPS:-16,64,256,1024}"
+EXPO_PORT="${EXPO_PORT:-$((PORT + 100))}"
 
 log() { printf '[bench %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() {
@@ -83,6 +91,53 @@ engine_table() {
     "$OUT" | column -t -s $'\t'
 }
 
+# ---------------------------------------------------------------------------------------------
+# 5. Exposition: user space only (no root, no kernel objects). The real HTTP server on 127.0.0.1
+# (from EXPO_PORT up) and libcurl, render_text alone, the OTLP encoder and gzip, for snapshots of
+# EXPO_CGROUPS cgroup series; everything pinned to EXPO_CPU; each measurement EXPO_REPS times
+# (fewer after EXPO_MAX_SECONDS, at least 5). Defined here so that ONLY=exposition can run it alone.
+EXPO_JSON="$BUILD/bench/exposition.json"
+run_exposition() {
+  log "building exposition_bench (-j $JOBS)"
+  [[ -f $BUILD/CMakeCache.txt ]] || cmake -S "$ROOT" -B "$BUILD" >&2
+  cmake --build "$BUILD" --target exposition_bench -j "$JOBS" >&2
+  log "exposition_bench: /metrics over HTTP, render, OTLP encode for $EXPO_CGROUPS cgroups"
+  rm -f "$EXPO_JSON"
+  "$BUILD/bench/exposition_bench" --cpu "$EXPO_CPU" --reps "$EXPO_REPS" \
+    --max-seconds "$EXPO_MAX_SECONDS" --cgroups "$EXPO_CGROUPS" --port "$EXPO_PORT" \
+    --out "$EXPO_JSON" >&2
+}
+merge_exposition() { # OUT.exposition = exposition_bench's object (+ date, revision); the rest stays
+  local base='{}'
+  mkdir -p "$(dirname "$OUT")"
+  [[ -s $OUT ]] && base=$(<"$OUT")
+  jq --slurpfile e "$EXPO_JSON" --arg date "$(date -u +%FT%TZ)" \
+    --arg revision "$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)" \
+    --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" --argjson nproc "$(nproc)" \
+    --arg kernel "$(uname -r)" \
+    '.exposition = ({date: $date, revision: $revision, kernel: $kernel, cpu_model: $cpu, nproc: $nproc} + $e[0])' \
+    <<<"$base" >"$OUT.tmp"
+  mv "$OUT.tmp" "$OUT"
+}
+exposition_table() {
+  echo "exposition (user space only; 1 CPU $(jq -r .exposition.cpu "$OUT") incl. the HTTP server threads; $(jq -r .exposition.mix "$OUT") mix; up to $(jq -r .exposition.reps "$OUT") reps or $(jq -r .exposition.max_seconds "$OUT") s each)"
+  jq -r 'def r(n): if . == null then "-" else (. * pow(10; n) | round) / pow(10; n) | tostring end;
+    .exposition as $x
+    | "cgroups\tsample lines\tbody MB (gzip)\trender ms\tGET /metrics ms median / p99 / max (reps)\tOTLP encode ms expl / exp\tOTLP MB (gzip), requests\tsnapshot MB\trender peak MB\ttarget",
+      ($x.points[] | "\(.cgroups)\t\(.sample_lines)\t\(.body_bytes / 1e6 | r(1)) (\(.body_gzip_bytes / 1e6 | r(2)))\t\(.render.median_ms | r(1))\t\(.http.latency.median_ms | r(1)) / \(.http.latency.p99_ms | r(1)) / \(.http.latency.max_ms | r(1)) (\(.http.latency.reps))\t\(.otlp.explicit.encode.median_ms | r(1)) / \(.otlp.exponential.encode.median_ms | r(1))\t\(.otlp.explicit.bytes / 1e6 | r(2)) (\(.otlp.explicit.gzip_bytes / 1e6 | r(2))), \(.otlp.explicit.requests)\t\(.snapshot.rss_delta_kb / 1024 | r(1))\t\((.render_peak_rss_kb - .render_rss_before_kb) / 1024 | r(0))\t\(if .cgroups == $x.target.cgroups then "p99 <= \($x.target.p99_ms) ms: \(if .http.pass then "met" else "MISSED" end)" else "-" end)")' \
+    "$OUT" | column -t -s $'\t'
+}
+
+if [[ $ONLY == exposition ]]; then
+  for tool in cmake jq; do
+    command -v "$tool" >/dev/null || die "$tool not found"
+  done
+  run_exposition
+  merge_exposition
+  log "wrote .exposition of $OUT"
+  exposition_table
+  exit 0
+fi
 if [[ $ONLY == engine ]]; then
   for tool in cmake jq; do
     command -v "$tool" >/dev/null || die "$tool not found"
@@ -93,16 +148,16 @@ if [[ $ONLY == engine ]]; then
   engine_table
   exit 0
 fi
-[[ -z $ONLY || $ONLY == all ]] || die "ONLY=$ONLY: the only part that runs alone is ONLY=engine"
+[[ -z $ONLY || $ONLY == all ]] || die "ONLY=$ONLY: the parts that run alone are ONLY=engine and ONLY=exposition"
 
-[[ $(id -u) -eq 0 ]] || die "run as root: uprobes, the daemon and bpf_stats need it (ONLY=engine does not)"
+[[ $(id -u) -eq 0 ]] || die "run as root: uprobes, the daemon and bpf_stats need it (ONLY=engine and ONLY=exposition do not)"
 for tool in cmake curl jq bpftool sysctl; do
   command -v "$tool" >/dev/null || die "$tool not found"
 done
 
-log "building stallwatch, mock_cudart_mock, empty_probe, call_loop, pingpong, engine_bench (-j $JOBS)"
+log "building stallwatch, mock_cudart_mock, empty_probe, call_loop, pingpong, engine_bench, exposition_bench (-j $JOBS)"
 cmake --build "$BUILD" --target stallwatch mock_cudart_mock empty_probe call_loop pingpong \
-  engine_bench -j "$JOBS" >&2
+  engine_bench exposition_bench -j "$JOBS" >&2
 
 # A private copy of the mock runtime: its own inode, so probes that tests or other tools hold on
 # build/mock/libcudart.so.12 never fire in this loop (nor ours in theirs). Same bytes, same name.
@@ -406,6 +461,10 @@ stop_daemon
 # ---------------------------------------------------------------------------------------------
 # 4. Engine and store (run_engine above); merged into OUT as "engine" once OUT is written.
 run_engine
+
+# ---------------------------------------------------------------------------------------------
+# 5. Exposition (run_exposition above); merged into OUT as "exposition" once OUT is written.
+run_exposition
 total_ms=$(($(now_ms) - start_all))
 
 # ---------------------------------------------------------------------------------------------
@@ -452,6 +511,7 @@ jq -n --slurpfile samples "$SAMPLES" --slurpfile cost "$COST" --slurpfile hooks 
              / .call_cost.added_ns.empty)
   | .call_cost.pass = (.call_cost.ratio_of_medians <= 1.10)' >"$OUT"
 merge_engine
+merge_exposition
 log "wrote $OUT"
 
 table() { jq -r "def r(n): if . == null then \"-\" else (. * pow(10; n) | round) / pow(10; n) | tostring end; $1" "$OUT" | column -t -s $'\t'; }
@@ -476,5 +536,7 @@ table '"phase\tprogram\truns\tns/run",
    | "\($p)\t\(.key)\t\(.value.runs)\t\(.value.ns_per_run | r(1))")'
 echo
 engine_table
+echo
+exposition_table
 echo
 table '"total runtime \(.runtime_s.total | r(0)) s (rounds \(.runtime_s.rounds | r(0)) s)"'
