@@ -27,6 +27,7 @@
 
 #include "common/json.h"
 #include "common/strings.h"
+#include "identity/kube_metadata.h"
 #include "metrics/otlp/config.h"
 #include "trace/proc_maps.h"
 
@@ -164,6 +165,27 @@ CheckItem otlp_check() {
             "push off (run --otlp-endpoint URL or OTEL_EXPORTER_OTLP_ENDPOINT turns it on)", ""};
   }
   return {"otlp", Status::kOk, "from OTEL_* variables: " + otlp::describe(*push), ""};
+}
+
+// Kubernetes names as run would resolve them by default: off outside a pod; inside one, one pod
+// list with the service account, bounded by a 5 s timeout, says whether names will come.
+CheckItem kubernetes_check() {
+  auto settings = identity::resolve_kube_settings("", "", std::chrono::hours(1),
+                                                  [](const char* n) { return std::getenv(n); });
+  if (!settings) return {"kubernetes", Status::kWarn, settings.error().message, ""};
+  if (!settings->enabled) return {"kubernetes", Status::kOk, settings->why_off, ""};
+  settings->timeout = std::chrono::seconds(5);
+  identity::KubeMetadata kube(*settings);
+  kube.wait_for_lists(1, std::chrono::seconds(6));
+  const KubeStats st = kube.stats();
+  const std::string where = "node " + settings->node + " (from " + settings->node_source +
+                            ") at " + settings->api_url;
+  if (st.lists_ok == 0) {
+    return {"kubernetes", Status::kWarn,
+            "cannot list the pods of " + where + ": pod/namespace/container labels will be missing",
+            "the log line above says why; RBAC: deploy/kubernetes/rbac.yaml"};
+  }
+  return {"kubernetes", Status::kOk, std::to_string(st.pods) + " pods on " + where, ""};
 }
 
 CheckItem uprobes_check() {
@@ -352,6 +374,7 @@ CheckReport run_checks() {
   r.items.push_back(host_hooks_check());
   r.items.push_back(memlock_check());
   r.items.push_back(otlp_check());
+  r.items.push_back(kubernetes_check());
   r.items.push_back(cuda_libraries_check(r.libraries));
   return r;
 }
