@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "metrics/text_format.h"
 #include "trace/histogram.h"
 
 extern "C" {
@@ -89,6 +90,10 @@ std::vector<prometheus::MetricFamily> to_families(const Snapshot& snap, const Bu
     out.push_back(std::move(pf));
   }
   return out;
+}
+
+std::string render_exposition(const Snapshot& snap, const BuildInfo& build) {
+  return render_text(build_model(snap, build));
 }
 
 std::string render_text(const std::vector<prometheus::MetricFamily>& families) {

@@ -3,22 +3,63 @@
 #include <CivetServer.h>
 
 #include <functional>
+#include <mutex>
 #include <sstream>
+#include <string_view>
 
 #include "common/json.h"
+#include "metrics/otlp/wire.h"
 #include "trace/calls.h"
 #include "trace/histogram.h"
 
 namespace stallwatch::metrics {
 namespace {
 
-void reply(mg_connection* conn, int status, const char* type, const std::string& body) {
+void reply(mg_connection* conn, int status, const char* type, const std::string& body,
+           bool gzip = false) {
   mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
             "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            status, status == 200 ? "OK" : "Service Unavailable", type, body.size());
+            status, status == 200 ? "OK" : "Service Unavailable", type, body.size(),
+            gzip ? "Content-Encoding: gzip\r\n" : "");
   mg_write(conn, body.data(), body.size());
 }
+
+bool accepts_gzip(mg_connection* conn) {
+  const char* h = mg_get_header(conn, "Accept-Encoding");
+  return h && std::string_view(h).find("gzip") != std::string_view::npos;
+}
+
+// The exposition of the latest snapshot, rendered once however many scrapers ask (an HA pair
+// of Prometheus servers, a person with curl) and gzip'd once for those that accept it. A
+// scrape that finds a newer snapshot renders it; concurrent scrapes of the same one wait for
+// that render instead of repeating it.
+class ExpositionCache {
+ public:
+  struct Body {
+    std::shared_ptr<const Snapshot> snapshot;  // kept so its address is never reused meanwhile
+    std::string text;
+    std::string gzip;  // empty until a scraper asks for it
+  };
+
+  std::shared_ptr<const std::string> get(const std::shared_ptr<const Snapshot>& snap,
+                                         const BuildInfo& build, bool gzip) {
+    std::lock_guard lock(mu_);
+    if (!body_ || body_->snapshot != snap) {
+      auto fresh = std::make_shared<Body>();
+      fresh->snapshot = snap;
+      fresh->text = render_exposition(*snap, build);
+      body_ = std::move(fresh);
+    }
+    if (gzip && body_->gzip.empty()) body_->gzip = otlp::gzip_compress(body_->text, 1);
+    // Aliasing pointers: the body stays alive while a reply is being written.
+    return std::shared_ptr<const std::string>(body_, gzip ? &body_->gzip : &body_->text);
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<Body> body_;
+};
 
 class Handler : public CivetHandler {
  public:
@@ -137,10 +178,10 @@ Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,
                                                       BuildInfo build) {
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->handlers_ = std::make_unique<Handlers>(Handlers{
-      Handler([&board, build](mg_connection* c) {
-        auto snap = board.current();
-        reply(c, 200, "text/plain; version=0.0.4; charset=utf-8",
-              render_text(to_families(*snap, build)));
+      Handler([&board, build, cache = std::make_shared<ExpositionCache>()](mg_connection* c) {
+        const bool gzip = accepts_gzip(c);
+        auto body = cache->get(board.current(), build, gzip);
+        reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", *body, gzip);
       }),
       Handler([&board](mg_connection* c) {
         auto snap = board.current();

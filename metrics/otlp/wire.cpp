@@ -78,9 +78,9 @@ bool read_field(std::string_view& in, Field& f, int depth = 0) {
 
 }  // namespace
 
-std::string gzip_compress(std::string_view data) {
+std::string gzip_compress(std::string_view data, int level) {
   z_stream zs{};
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
+  if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
       Z_OK) {
     throw std::bad_alloc();  // the only way it fails with these arguments
   }

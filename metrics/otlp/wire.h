@@ -11,8 +11,9 @@
 
 namespace stallwatch::otlp {
 
-// gzip (RFC 1952) of `data`, for Content-Encoding: gzip.
-std::string gzip_compress(std::string_view data);
+// gzip (RFC 1952) of `data`, for Content-Encoding: gzip; `level` 1 (fastest) to 9, -1: zlib's
+// default (6).
+std::string gzip_compress(std::string_view data, int level = -1);
 
 // Retry-After as seconds from now: delta-seconds or an HTTP-date; nullopt when absent or bad.
 // `value` may be the raw header value: blanks around it and a trailing line ending are ignored.

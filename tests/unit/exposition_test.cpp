@@ -80,7 +80,7 @@ Snapshot synthetic_snapshot() {
   return snap;
 }
 
-std::string rendered() { return render_text(to_families(synthetic_snapshot(), {"1.2.3", "abc"})); }
+std::string rendered() { return render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}); }
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -219,7 +219,7 @@ TEST(ExpositionTest, LostSourceNames) {
 }
 
 TEST(ExpositionTest, EmptySnapshot) {
-  const std::string text = render_text(to_families(Snapshot{}, {"0.1.0", "unknown"}));
+  const std::string text = render_exposition(Snapshot{}, {"0.1.0", "unknown"});
   EXPECT_EQ(text.find("stallwatch_cuda_call_duration_seconds_bucket"), std::string::npos);
   EXPECT_EQ(text.find("cgroup="), std::string::npos);
   EXPECT_TRUE(HasLine(text, "stallwatch_snapshot_sequence 0"));
@@ -237,7 +237,7 @@ Snapshot odd_cgroup_snapshot() {
 TEST(ExpositionTest, LabelEscaping) {
   const Snapshot snap = odd_cgroup_snapshot();
   ASSERT_EQ(snap.series.begin()->second.identity.cgroup, "/odd\"dir\\name\nx");
-  const std::string text = render_text(to_families(snap, {"1.2.3", "abc"}));
+  const std::string text = render_exposition(snap, {"1.2.3", "abc"});
   EXPECT_TRUE(HasLine(
       text, R"(stallwatch_offcpu_seconds_total{cgroup="/odd\"dir\\name\nx",state="runnable"} 1)"));
 }
@@ -322,7 +322,7 @@ Snapshot host_snapshot() {
   return snap;
 }
 
-std::string host_rendered() { return render_text(to_families(host_snapshot(), {"1.2.3", "abc"})); }
+std::string host_rendered() { return render_exposition(host_snapshot(), {"1.2.3", "abc"}); }
 
 std::string pod_labels() {
   return "cgroup=\"" + kContainerCgroup + "\",container_id=\"" + std::string(kContainerId) + "\"";
@@ -573,7 +573,7 @@ TEST(ExpositionPromtoolTest, EscapedLabelsPassLint) {
   const auto tool = promtool();
   if (!tool) GTEST_SKIP() << "promtool is not installed (/usr/bin/promtool or on PATH)";
   const ToolRun run =
-      promtool_check(*tool, render_text(to_families(odd_cgroup_snapshot(), {"1.2.3", "abc"})));
+      promtool_check(*tool, render_exposition(odd_cgroup_snapshot(), {"1.2.3", "abc"}));
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_EQ(run.output, "");
 }
@@ -594,6 +594,22 @@ TEST(ExpositionPromtoolTest, RejectsBrokenText) {
   const ToolRun run = promtool_check(*tool, "# TYPE x counter\nx{a=\"b} 1\n");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output, "");
+}
+
+}  // namespace
+}  // namespace stallwatch::metrics
+
+namespace stallwatch::metrics {
+namespace {
+
+// The writer /metrics uses (text_format.h) against prometheus-cpp's serializer, byte for byte,
+// on every snapshot above: odd label values, histograms past the exported range, host families.
+TEST(ExpositionTest, WriterMatchesPrometheusCppByteForByte) {
+  for (const Snapshot& snap : {Snapshot{}, synthetic_snapshot(), host_snapshot(),
+                               odd_cgroup_snapshot()}) {
+    EXPECT_EQ(render_exposition(snap, {"1.2.3", "abc"}),
+              render_text(to_families(snap, {"1.2.3", "abc"})));
+  }
 }
 
 }  // namespace

@@ -1,0 +1,185 @@
+#include "metrics/text_format.h"
+
+#include <charconv>
+#include <cmath>
+#include <unordered_map>
+
+#include "trace/histogram.h"
+
+namespace stallwatch::metrics {
+namespace {
+
+// Label values: backslash, double quote and line feed escaped, as the format requires.
+void append_escaped(std::string& out, std::string_view v) {
+  for (char c : v) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+// HELP text: backslash and line feed escaped.
+void append_help(std::string& out, std::string_view v) {
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+}
+
+// A sample value as printf's %.16g (what prometheus-cpp's ostream with precision 16 prints),
+// "Nan", "+Inf" or "-Inf".
+void append_double(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "Nan";
+  } else if (std::isinf(v)) {
+    out += v < 0 ? "-Inf" : "+Inf";
+  } else {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 16);
+    out.append(buf, r.ptr);
+  }
+}
+
+void append_uint(std::string& out, std::uint64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// `name="value",...` of a point: identity labels first, then its own.
+class LabelBlocks {
+ public:
+  // The identity part of a workload, formatted once per render and reused for all its points.
+  const std::string& identity(const identity::Identity* id) {
+    auto [it, fresh] = cache_.try_emplace(id);
+    if (fresh && id) {
+      for (const auto& [name, value] : identity_labels(*id)) append(it->second, name, value);
+    }
+    return it->second;
+  }
+
+  static void append(std::string& out, std::string_view name, std::string_view value) {
+    if (!out.empty()) out += ',';
+    out += name;
+    out += "=\"";
+    append_escaped(out, value);
+    out += '"';
+  }
+
+ private:
+  std::unordered_map<const identity::Identity*, std::string> cache_;
+};
+
+// Appends `name{labels} ` (no braces without labels); `extra` is appended last (le="...").
+void head(std::string& out, std::string_view name, std::string_view suffix,
+          const std::string& labels, std::string_view extra = {}) {
+  out += name;
+  out += suffix;
+  if (!labels.empty() || !extra.empty()) {
+    out += '{';
+    out += labels;
+    if (!extra.empty()) {
+      if (!labels.empty()) out += ',';
+      out += extra;
+    }
+    out += '}';
+  }
+  out += ' ';
+}
+
+const char* type_name(MetricKind k) {
+  switch (k) {
+    case MetricKind::kCounter:
+      return "counter";
+    case MetricKind::kHistogram:
+      return "histogram";
+    case MetricKind::kGauge:
+      break;
+  }
+  return "gauge";
+}
+
+}  // namespace
+
+std::string render_text(const std::vector<Family>& families) {
+  // le="..." of every exported bound, formatted once.
+  static const std::vector<std::string> kLe = [] {
+    std::vector<std::string> le;
+    for (double b : trace::exported_bounds()) {
+      std::string s = "le=\"";
+      append_double(s, b);
+      le.push_back(s + "\"");
+    }
+    le.emplace_back("le=\"+Inf\"");
+    return le;
+  }();
+
+  size_t estimate = 0;
+  for (const Family& f : families) {
+    estimate += 128 + f.points.size() * (f.kind == MetricKind::kHistogram ? kLe.size() + 2 : 1) *
+                          (f.name.size() + 48 + (f.points.empty() || !f.points[0].workload
+                                                     ? 0
+                                                     : f.points[0].workload->cgroup.size() * 2));
+  }
+  std::string out;
+  out.reserve(estimate);
+  LabelBlocks blocks;
+  std::string labels;
+  for (const Family& f : families) {
+    out += "# HELP ";
+    out += f.name;
+    out += ' ';
+    append_help(out, f.help);
+    out += "\n# TYPE ";
+    out += f.name;
+    out += ' ';
+    out += type_name(f.kind);
+    out += '\n';
+    for (const Point& p : f.points) {
+      labels = blocks.identity(p.workload);
+      for (const auto& [name, value] : p.labels) LabelBlocks::append(labels, name, value);
+      if (f.kind != MetricKind::kHistogram) {
+        head(out, f.name, "", labels);
+        append_double(out, p.value);
+        out += '\n';
+        continue;
+      }
+      const HistogramValue& h = p.histogram;
+      head(out, f.name, "_count", labels);
+      append_uint(out, h.count);
+      out += '\n';
+      head(out, f.name, "_sum", labels);
+      append_double(out, static_cast<double>(h.sum_ns) / 1e9);
+      out += '\n';
+      const auto counts = trace::fold_to_exported(h.buckets);
+      std::uint64_t cumulative = 0;
+      for (size_t i = 0; i + 1 < kLe.size(); ++i) {
+        cumulative += counts[i];
+        head(out, f.name, "_bucket", labels, kLe[i]);
+        append_uint(out, cumulative);
+        out += '\n';
+      }
+      head(out, f.name, "_bucket", labels, kLe.back());
+      append_uint(out, h.count);
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+}  // namespace stallwatch::metrics
