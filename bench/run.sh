@@ -6,15 +6,18 @@
 #     reports medians, the added ns of each over untraced and (daemon-untraced)/(empty-untraced);
 #  2. daemon cost: its CPU (utime+stime, % of one core), RSS, lost events and calls counted while
 #     call_loop paces RATES calls/s (over RATE_THREADS threads) for RATE_SECONDS each, and idle;
+#     then at SCALE_RATE calls/s over SCALE_THREADS threads of one process and over
+#     SCALE_PROCESSES processes, each in a cgroup of its own;
 #  3. BPF program run time (kernel.bpf_stats_enabled) per run: sched_switch/sched_wakeup under a
-#     pipe ping-pong of untraced and of traced threads, cuda_enter/cuda_exit and the empty pair,
+#     pipe ping-pong of untraced and of traced threads beside empty programs on the same
+#     tracepoints (the floor), cuda_enter/cuda_exit and the empty pair,
 #     block_io_start/done under O_DIRECT reads from an unwatched and from a watched cgroup;
 #  4. engine and store (user space only, bench/engine_bench): ring-buffer records/s through the
 #     chain engine, Engine::observe per window, store rows/s and MiB/hour, explain over 24 h;
 #  5. exposition (user space only, bench/exposition_bench): /metrics latency over real HTTP,
 #     render cost, body size, OTLP encode time and size, for 16..1024 cgroup series.
 # Writes bench/results/latest.json and prints a table. Knobs (environment): ROUNDS, CALLS,
-# RATES, RATE_SECONDS, RATE_THREADS, IDLE_SECONDS, PINGPONG_SECONDS, IO_READS, PORT, BUILD, JOBS, OUT,
+# RATES, RATE_SECONDS, RATE_THREADS, SCALE_RATE, SCALE_THREADS, SCALE_PROCESSES, IDLE_SECONDS, PINGPONG_SECONDS, IO_READS, PORT, BUILD, JOBS, OUT,
 # ENGINE_REPS, ENGINE_CPU, ENGINE_DIR, EXPO_REPS, EXPO_MAX_SECONDS, EXPO_CPU, EXPO_CGROUPS,
 # EXPO_PORT, and ONLY=engine / ONLY=exposition: part 4 / part 5 alone, without root; each
 # replaces only its own key of OUT ("engine" / "exposition"), creating OUT when missing.
@@ -24,8 +27,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${BUILD:-$ROOT/build}"
 ROUNDS="${ROUNDS:-7}"
 CALLS="${CALLS:-200000}"
-RATES="${RATES:-10000 100000}"
+RATES="${RATES:-10000 100000 300000}"
 RATE_SECONDS="${RATE_SECONDS:-10}"
+SCALE_RATE="${SCALE_RATE:-100000}"
+SCALE_THREADS="${SCALE_THREADS:-1 4 16}"
+SCALE_PROCESSES="${SCALE_PROCESSES:-4 16}"
 RATE_THREADS="${RATE_THREADS:-$(nproc)}"
 IDLE_SECONDS="${IDLE_SECONDS:-5}"
 PINGPONG_SECONDS="${PINGPONG_SECONDS:-5}"
@@ -222,8 +228,8 @@ foreign_probes() {
       '[.[] | select((.filename // "") | endswith($f)) | select(.pid | IN($mine[]) | not)] | length'
 }
 
-start_loader() {
-  "$BUILD/bench/empty_probe" "$LIB" >"$WORK/loader.out" 2>"$WORK/loader.err" &
+start_loader() { # [--sched]: also the empty scheduler programs (the floor of sched_switch/wakeup)
+  "$BUILD/bench/empty_probe" "$LIB" "$@" >"$WORK/loader.out" 2>"$WORK/loader.err" &
   LOADER_PID=$!
   local i
   for ((i = 0; i < 300; i++)); do
@@ -359,17 +365,21 @@ COST="$WORK/cost.jsonl"
 start_daemon
 sleep 2.2 # let the warm-up calls reach /metrics before the first step counts anything
 CLK_TCK=$(getconf CLK_TCK)
-for rate in 0 $RATES; do
+# One step: the daemon's CPU, RSS and lost events while COMMAND runs (it prints call_loop's JSON
+# line; "idle" sleeps IDLE_SECONDS). SCALE is the step's shape: {"threads":T,"processes":P}.
+cost_step() { # RATE SCALE_JSON COMMAND...
+  local rate=$1 scale=$2 lost0 counted0 t0 n0 w0 load w1 t1 n1 rss hwm lost1 counted1
+  shift 2
   lost0=$(metric stallwatch_events_lost_total)
   counted0=$(metric stallwatch_cuda_call_duration_seconds_count)
   t0=$(cpu_ticks "$DAEMON_PID")
   n0=$(cpu_ns "$DAEMON_PID")
   w0=$(date +%s%N)
-  if ((rate == 0)); then
+  if [[ $1 == idle ]]; then
     sleep "$IDLE_SECONDS"
     load='{"calls":0,"rate":0,"target_rate":0}'
   else
-    load=$("$CALL_LOOP" "$LIB" --rate "$rate" --seconds "$RATE_SECONDS" --threads "$RATE_THREADS")
+    load=$("$@")
   fi
   w1=$(date +%s%N)
   t1=$(cpu_ticks "$DAEMON_PID")
@@ -383,13 +393,57 @@ for rate in 0 $RATES; do
     --argjson ticks "$((t1 - t0))" --argjson tck "$CLK_TCK" --argjson sched_ns "$((n1 - n0))" \
     --argjson rss "$rss" --argjson hwm "$hwm" --argjson lost "$((lost1 - lost0))" \
     --argjson lost_total "$lost1" --argjson counted "$((counted1 - counted0))" \
+    --argjson scale "$scale" \
     '{target_rate: $rate, achieved_rate: $load.rate, calls: $load.calls, calls_counted: $counted,
+      threads: $scale.threads, processes: $scale.processes,
       seconds: ($wall_ns / 1e9), cpu_ticks: $ticks,
       cpu_percent_stat: ($ticks / $tck / ($wall_ns / 1e9) * 100),
       cpu_percent_schedstat: ($sched_ns / $wall_ns * 100),
-      rss_kb: $rss, rss_peak_kb: $hwm, lost_events: $lost, lost_events_total: $lost_total}' \
-    >>"$COST"
+      rss_kb: $rss, rss_peak_kb: $hwm, lost_events: $lost, lost_events_total: $lost_total}'
+}
+# P call_loop processes, each in a cgroup of its own, sharing RATE calls/s; one JSON line.
+multi_load() { # P RATE
+  local p=$1 rate=$2 i pids=()
+  for ((i = 0; i < p; i++)); do
+    mkdir -p "$CG2/stallwatch_bench_p$i"
+    (
+      echo $BASHPID >"$CG2/stallwatch_bench_p$i/cgroup.procs"
+      exec "$CALL_LOOP" "$LIB" --rate $((rate / p)) --seconds "$RATE_SECONDS" --threads 1
+    ) >"$WORK/multi.$i.json" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  cat "$WORK"/multi.*.json | jq -sc '{calls: (map(.calls) | add), rate: (map(.rate) | add)}'
+  rm -f "$WORK"/multi.*.json
+}
+# Removed only after cost_step has read the counters: a vanished cgroup's series leave /metrics.
+multi_cleanup() { # P
+  local i
+  for ((i = 0; i < $1; i++)); do rmdir "$CG2/stallwatch_bench_p$i" 2>/dev/null || true; done
+}
+CG2=$(findmnt -n -t cgroup2 -o TARGET | head -n1)
+for rate in 0 $RATES; do
+  if ((rate == 0)); then
+    cost_step 0 "{\"threads\":0,\"processes\":0}" idle >>"$COST"
+  else
+    cost_step "$rate" "{\"threads\":$RATE_THREADS,\"processes\":1}" \
+      "$CALL_LOOP" "$LIB" --rate "$rate" --seconds "$RATE_SECONDS" --threads "$RATE_THREADS" >>"$COST"
+  fi
   log "daemon at $rate calls/s: $(tail -n1 "$COST")"
+done
+# Scaling at SCALE_RATE calls/s: more threads in one process, then more processes, each in a
+# cgroup of its own (more map entries, more series, more work per window).
+SCALE="$WORK/scale.jsonl"
+: >"$SCALE"
+for t in $SCALE_THREADS; do
+  cost_step "$SCALE_RATE" "{\"threads\":$t,\"processes\":1}" \
+    "$CALL_LOOP" "$LIB" --rate "$SCALE_RATE" --seconds "$RATE_SECONDS" --threads "$t" >>"$SCALE"
+  log "daemon at $SCALE_RATE calls/s over $t threads: $(tail -n1 "$SCALE")"
+done
+for p in $SCALE_PROCESSES; do
+  cost_step "$SCALE_RATE" "{\"threads\":$p,\"processes\":$p}" multi_load "$p" "$SCALE_RATE" >>"$SCALE"
+  multi_cleanup "$p"
+  log "daemon at $SCALE_RATE calls/s over $p processes: $(tail -n1 "$SCALE")"
 done
 
 # ---------------------------------------------------------------------------------------------
@@ -428,15 +482,16 @@ stat_phase() { # NAME COMMAND...: program run time deltas over the command
                                  else null end)}))}' >>"$HOOKS"
   log "bpf_stats $name: $(tail -n1 "$HOOKS" | jq -c '.programs | map_values(.ns_per_run)')"
 }
+# The empty scheduler programs run beside the daemon's on the same switches: their ns/run is the
+# floor (bpf_stats' own clock reads and the dispatch) that sched_switch/sched_wakeup are above.
+start_loader --sched
 stat_phase pingpong_untraced "$BUILD/bench/pingpong" --seconds "$PINGPONG_SECONDS"
 stat_phase pingpong_traced "$BUILD/bench/pingpong" --seconds "$PINGPONG_SECONDS" --lib "$LIB"
-start_loader
 stat_phase call_loop "$CALL_LOOP" "$LIB" --calls "$CALLS"
 stop_loader
 # Host hooks: block_io_start/done under IO_READS O_DIRECT 4 KiB reads by a process of a cgroup
 # without CUDA threads (one map lookup, then return), then of a watched one (a call_loop ran
 # there first). Reclaim, OOM and retransmit hooks follow the same pattern and fire far less.
-CG2=$(findmnt -n -t cgroup2 -o TARGET | head -n1)
 IO_FILE="$WORK/io.bin"
 dd if=/dev/zero of="$IO_FILE" bs=1M count=64 oflag=direct status=none
 io_load() { # CGROUP_DIR [LIB]: joins the cgroup, optionally makes CUDA calls, reads; prints JSON
@@ -470,6 +525,7 @@ total_ms=$(($(now_ms) - start_all))
 # ---------------------------------------------------------------------------------------------
 # Results: one JSON document, then a table from it.
 jq -n --slurpfile samples "$SAMPLES" --slurpfile cost "$COST" --slurpfile hooks "$HOOKS" \
+  --slurpfile scale "$SCALE" --argjson scale_rate "$SCALE_RATE" \
   --arg date "$(date -u +%FT%TZ)" --arg kernel "$(uname -r)" \
   --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" \
   --argjson nproc "$(nproc)" --argjson rounds "$ROUNDS" --argjson calls "$CALLS" \
@@ -500,8 +556,18 @@ jq -n --slurpfile samples "$SAMPLES" --slurpfile cost "$COST" --slurpfile hooks 
        ratio_of_medians: (($m.stallwatch - $m.untraced) / ($m.empty - $m.untraced)),
        ratio_paired: {per_round: $paired, median: ($paired | median)},
        target_ratio: 1.10},
-     daemon_cost: {samples: $cost, target_cpu_percent: 1.0, target_rss_kb: 65536},
+     daemon_cost: {samples: $cost, target_cpu_percent: 1.0, target_rss_kb: 65536,
+                   scaling: {rate: $scale_rate, samples: $scale}},
      bpf_run_time: $hooks}
+  | .sched_hooks = ([.bpf_run_time[] | select(.phase | startswith("pingpong_"))
+      | {key: (.phase | ltrimstr("pingpong_")),
+         value: (.programs as $p | {
+           switch_ns: $p.sched_switch.ns_per_run, wakeup_ns: $p.sched_wakeup.ns_per_run,
+           floor_switch_ns: $p.empty_switch.ns_per_run, floor_wakeup_ns: $p.empty_wakeup.ns_per_run,
+           net_switch_ns: ($p.sched_switch.ns_per_run - $p.empty_switch.ns_per_run),
+           net_wakeup_ns: ($p.sched_wakeup.ns_per_run - $p.empty_wakeup.ns_per_run)})}]
+      | from_entries)
+  | .sched_hooks.target_ns = {untraced: 50, traced: 150}
   | (.bpf_run_time | map(select(.phase == "call_loop"))[0].programs) as $p
   | .call_cost.bpf_body_ns_per_call = {
       stallwatch: ($p.cuda_enter.ns_per_run + $p.cuda_exit.ns_per_run),
@@ -528,6 +594,15 @@ echo
 echo "daemon cost (--window 1s, call_loop over $RATE_THREADS threads)"
 table '"calls/s\tachieved\tcalls\tcounted\tCPU % stat\tCPU % schedstat\tRSS MB\tpeak MB\tlost",
   (.daemon_cost.samples[] | "\(.target_rate)\t\(.achieved_rate | r(0))\t\(.calls)\t\(.calls_counted)\t\(.cpu_percent_stat | r(2))\t\(.cpu_percent_schedstat | r(3))\t\(.rss_kb / 1024 | r(1))\t\(.rss_peak_kb / 1024 | r(1))\t\(.lost_events)")'
+echo
+echo "daemon cost at $SCALE_RATE calls/s by threads and processes (each process in its own cgroup)"
+table '"threads\tprocesses\tachieved\tcounted\tCPU % stat\tCPU % schedstat\tRSS MB\tlost",
+  (.daemon_cost.scaling.samples[] | "\(.threads)\t\(.processes)\t\(.achieved_rate | r(0))\t\(.calls_counted)\t\(.cpu_percent_stat | r(2))\t\(.cpu_percent_schedstat | r(3))\t\(.rss_kb / 1024 | r(1))\t\(.lost_events)")'
+echo
+echo "scheduler hooks: ns per run (bpf_stats), the empty programs' floor on the same switches, and the difference"
+table '"load\tsched_switch\tfloor\tnet\tsched_wakeup\tfloor\tnet\ttarget (net)",
+  (.sched_hooks | to_entries[] | select(.key != "target_ns") | .key as $k
+   | "\($k)\t\(.value.switch_ns | r(1))\t\(.value.floor_switch_ns | r(1))\t\(.value.net_switch_ns | r(1))\t\(.value.wakeup_ns | r(1))\t\(.value.floor_wakeup_ns | r(1))\t\(.value.net_wakeup_ns | r(1))\t\(if $k == "untraced" then 50 else 150 end)")'
 echo
 echo "BPF program run time (bpf_stats; program body only, not the uprobe trap)"
 # shellcheck disable=SC2016 # $p is a jq variable

@@ -33,33 +33,33 @@ bool accepts_gzip(mg_connection* conn) {
 // The exposition of the latest snapshot, rendered once however many scrapers ask (an HA pair
 // of Prometheus servers, a person with curl) and gzip'd once for those that accept it. A
 // scrape that finds a newer snapshot renders it; concurrent scrapes of the same one wait for
-// that render instead of repeating it.
+// that render instead of repeating it. Once gzip'd, the plain text is let go (Prometheus always
+// asks for gzip, and the text is ~60x larger); a plain request after that renders it again.
 class ExpositionCache {
  public:
-  struct Body {
-    std::shared_ptr<const Snapshot> snapshot;  // kept so its address is never reused meanwhile
-    std::string text;
-    std::string gzip;  // empty until a scraper asks for it
-  };
+  using Bytes = std::shared_ptr<const std::string>;
 
-  std::shared_ptr<const std::string> get(const std::shared_ptr<const Snapshot>& snap,
-                                         const BuildInfo& build, bool gzip) {
+  Bytes get(const std::shared_ptr<const Snapshot>& snap, const BuildInfo& build, bool gzip) {
     std::lock_guard lock(mu_);
-    if (!body_ || body_->snapshot != snap) {
-      auto fresh = std::make_shared<Body>();
-      fresh->snapshot = snap;
-      fresh->text = render_exposition(*snap, build);
-      body_ = std::move(fresh);
+    if (snapshot_ != snap) {
+      snapshot_ = snap;  // kept, so its address is never reused while it is the key
+      text_.reset();
+      gzip_.reset();
     }
-    if (gzip && body_->gzip.empty()) body_->gzip = otlp::gzip_compress(body_->text, 1);
-    // Aliasing pointers: the body stays alive while a reply is being written.
-    return std::shared_ptr<const std::string>(body_, gzip ? &body_->gzip : &body_->text);
+    if (gzip && gzip_) return gzip_;
+    if (!text_) text_ = std::make_shared<const std::string>(render_exposition(*snap, build));
+    if (!gzip) return text_;
+    gzip_ = std::make_shared<const std::string>(otlp::gzip_compress(*text_, 1));
+    text_.reset();  // a reply still writing it holds its own reference
+    return gzip_;
   }
 
  private:
   std::mutex mu_;
-  std::shared_ptr<Body> body_;
+  std::shared_ptr<const Snapshot> snapshot_;
+  Bytes text_, gzip_;
 };
+
 
 class Handler : public CivetHandler {
  public:

@@ -33,6 +33,9 @@ std::string json_chain(const ReportChain& c) {
                   json_string(c.peak) + "," + jkey("open") + (c.open ? "true" : "false") + "," +
                   jkey("cgroup") + json_string(c.cgroup) + "," + jkey("container_id") +
                   json_string(c.container_id) + "," + jkey("pod_uid") + json_string(c.pod_uid) +
+                  "," + jkey("pod") + json_string(c.pod) + "," + jkey("namespace") +
+                  json_string(c.pod_namespace) + "," + jkey("container") +
+                  json_string(c.container) +
                   "," + jkey("pid") + std::to_string(c.pid) + "," + jkey("comm") +
                   json_string(c.comm) + "," + jkey("call") + json_string(c.call) + "," +
                   jkey("api") + json_string(c.api);

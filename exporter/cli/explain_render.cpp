@@ -1,5 +1,6 @@
 #include "cli/explain_render.h"
 
+#include <map>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -145,9 +146,21 @@ std::string latency_line(const ReportChain& c) {
   return s + " (baseline unknown)";
 }
 
-// The name a person knows a cgroup by: its container (and pod), Slurm job or systemd unit;
-// the path itself when none of them is in it.
-std::string workload_label(const std::string& cgroup) {
+using Names = std::map<std::string, store::WorkloadNames>;
+
+// "pod NAMESPACE/NAME, container C" when the daemon knew the Kubernetes names, else "".
+std::string kube_label(const std::string& pod, const std::string& ns, const std::string& container) {
+  if (pod.empty()) return {};
+  return "pod " + (ns.empty() ? "" : ns + "/") + pod +
+         (container.empty() ? "" : ", container " + container);
+}
+
+// The name a person knows a cgroup by: its pod and container by name, else its container (and
+// pod UID), Slurm job or systemd unit; the path itself when none of them is in it.
+std::string workload_label(const std::string& cgroup, const Names& names) {
+  if (auto it = names.find(cgroup); it != names.end()) {
+    return kube_label(it->second.pod, it->second.pod_namespace, it->second.container);
+  }
   const identity::Identity id = identity::parse_cgroup_path(cgroup);
   if (!id.container_id.empty()) {
     return "container " + id.container_id.substr(0, 12) +
@@ -165,7 +178,7 @@ std::string process_name(const std::string& comm, int pid) {
   return (comm.empty() ? std::string() : comm + " ") + "PID " + std::to_string(pid);
 }
 
-void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns) {
+void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, const Names& names) {
   out += "[" + upper(c.severity) + "] " + c.kind + "  ";
   std::string extra = thousands(c.windows) + (c.windows == 1 ? " window" : " windows");
   if (c.peak != c.severity && !c.peak.empty()) extra += ", peak " + upper(c.peak);
@@ -175,13 +188,13 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns) {
     out += when(c.opened_ns, ref_ns) + " to " + when(c.closed_ns, ref_ns) + ", closed (" + extra +
            ")\n";
   }
-  std::string label;
-  if (!c.container_id.empty()) {
+  // The chain row's own identity first (a chain outlives its cgroup's row in the store).
+  std::string label = kube_label(c.pod, c.pod_namespace, c.container);
+  if (label.empty() && !c.container_id.empty()) {
     label = "container " + c.container_id.substr(0, 12) +
             (c.pod_uid.empty() ? "" : ", pod " + c.pod_uid);
-  } else {
-    label = workload_label(c.cgroup);
   }
+  if (label.empty()) label = workload_label(c.cgroup, names);
   field(out, "Workload",
         label == c.cgroup ? std::vector<std::string>{c.cgroup}
                           : std::vector<std::string>{label, c.cgroup});
@@ -200,7 +213,7 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns) {
   std::vector<std::string> contrib;
   for (const auto& k : c.contributors) {
     std::string l = process_name(k.comm, k.pid);
-    if (!k.cgroup.empty() && k.cgroup != c.cgroup) l += " in " + workload_label(k.cgroup);
+    if (!k.cgroup.empty() && k.cgroup != c.cgroup) l += " in " + workload_label(k.cgroup, names);
     if (!k.role.empty()) l += " (" + k.role + ")";
     // What cpu_ns and count mean depends on the role (chain.h).
     const char* cpu = " CPU";
@@ -235,8 +248,8 @@ std::string call_line(const store::CallStats& c, size_t name_width) {
          human_seconds(c.max_s);
 }
 
-void render_process(std::string& out, const ProcessStats& p) {
-  out += process_name(p.comm, p.pid) + "  " + workload_label(p.cgroup) + "\n";
+void render_process(std::string& out, const ProcessStats& p, const Names& names) {
+  out += process_name(p.comm, p.pid) + "  " + workload_label(p.cgroup, names) + "\n";
   size_t width = 0;
   for (const auto& c : p.calls) width = std::max(width, c.call.size());
   for (const auto& c : p.calls) out += "  " + call_line(c, width) + "\n";
@@ -251,7 +264,7 @@ void render_process(std::string& out, const ProcessStats& p) {
   std::vector<std::string> pre;
   for (const auto& k : p.preemptors) {
     std::string l = process_name(k.comm, k.pid);
-    if (!k.cgroup.empty() && k.cgroup != p.cgroup) l += " in " + workload_label(k.cgroup);
+    if (!k.cgroup.empty() && k.cgroup != p.cgroup) l += " in " + workload_label(k.cgroup, names);
     pre.push_back(l + ": " + human_ns(k.cpu_ns) + " CPU stolen, " + thousands(k.count) +
                   " preemptions");
   }
@@ -324,7 +337,7 @@ std::string render_explain_text(const Report& r) {
     } else {
       out += "Traced:\n";
       for (const auto& t : r.traced) {
-        const std::string label = workload_label(t.cgroup);
+        const std::string label = workload_label(t.cgroup, r.names);
         out += "  " + label + ": " + thousands(t.processes) +
                (t.processes == 1 ? " process, " : " processes, ") + thousands(t.calls) +
                " CUDA calls\n";
@@ -338,7 +351,7 @@ std::string render_explain_text(const Report& r) {
            std::to_string(open) + " open\n";
     for (const auto& c : r.chains) {
       out += "\n";
-      render_chain(out, c, now);
+      render_chain(out, c, now, r.names);
     }
   }
 
@@ -351,7 +364,7 @@ std::string render_explain_text(const Report& r) {
            "\n";
     for (size_t i = 0; i < r.processes.size() && i < kMaxProcesses; i++) {
       out += "\n";
-      render_process(out, r.processes[i]);
+      render_process(out, r.processes[i], r.names);
     }
   }
   return out;

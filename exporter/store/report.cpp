@@ -578,6 +578,23 @@ Result<ReportDb> open_report_db(const std::string& path) {
   return out;
 }
 
+// Kubernetes names of every cgroup that has them; nothing from a database older than schema 3.
+Result<Ok> load_names(sqlite3* db, std::map<std::string, WorkloadNames>& out) {
+  auto has = Stmt::prepare(db, "SELECT count(*) FROM pragma_table_info('cgroups') WHERE name = 'pod'");
+  if (!has) return has.error();
+  if (has->step() != SQLITE_ROW) return make_error(db_error(db));
+  if (has->int64(0) == 0) return Ok{};
+  auto st = Stmt::prepare(
+      db, "SELECT path, pod, namespace, container FROM cgroups WHERE pod IS NOT NULL");
+  if (!st) return st.error();
+  int rc;
+  while ((rc = st->step()) == SQLITE_ROW) {
+    out[st->text(0)] = WorkloadNames{st->text(1), st->text(2), st->text(3)};
+  }
+  if (rc != SQLITE_DONE) return make_error(db_error(db));
+  return Ok{};
+}
+
 Result<Report> load_report(sqlite3* db, const ReportQuery& query) {
   Report r;
   r.query = query;
@@ -586,6 +603,14 @@ Result<Report> load_report(sqlite3* db, const ReportQuery& query) {
   ReadTransaction txn(db);
   if (auto x = load_host(db, query, r.host); !x) return x.error();
   if (auto x = load_chains(db, query, filter, r.chains); !x) return x.error();
+  if (auto x = load_names(db, r.names); !x) return x.error();
+  for (auto& c : r.chains) {
+    if (auto it = r.names.find(c.cgroup); it != r.names.end()) {
+      c.pod = it->second.pod;
+      c.pod_namespace = it->second.pod_namespace;
+      c.container = it->second.container;
+    }
+  }
   sort_chains(r.chains);
   if (r.chains.empty()) {
     if (auto x = load_traced(db, query, filter, r.traced); !x) return x.error();

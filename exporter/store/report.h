@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -80,6 +81,9 @@ struct ReportChain {
   std::string cgroup;
   std::string container_id;
   std::string pod_uid;
+  std::string pod;  // Kubernetes names of the workload, when the daemon knew them
+  std::string pod_namespace;
+  std::string container;
   int pid = 0;
   std::string comm;
   std::string call;
@@ -142,8 +146,16 @@ struct ProcessStats {
 
 inline constexpr std::size_t kTopPreemptors = 5;
 
+// Kubernetes names of a cgroup (the cgroups table, schema 3), when the daemon knew them.
+struct WorkloadNames {
+  std::string pod;
+  std::string pod_namespace;
+  std::string container;
+};
+
 struct Report {
   ReportQuery query;
+  std::map<std::string, WorkloadNames> names;  // by cgroup path; empty before schema 3
   HostSummary host;
   // Open before closed, then severity (critical first), then most recently updated.
   std::vector<ReportChain> chains;

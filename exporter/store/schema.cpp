@@ -62,6 +62,12 @@ ALTER TABLE chains ADD COLUMN pod_uid TEXT;
 UPDATE chains SET peak = severity WHERE peak IS NULL;
 CREATE INDEX chains_updated ON chains(updated_ns);
 )sql",
+    // 2 → 3: Kubernetes names of workloads, from the API server (NULL when not known).
+    R"sql(
+ALTER TABLE cgroups ADD COLUMN pod TEXT;
+ALTER TABLE cgroups ADD COLUMN namespace TEXT;
+ALTER TABLE cgroups ADD COLUMN container TEXT;
+)sql",
 };
 
 }  // namespace

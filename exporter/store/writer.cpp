@@ -18,8 +18,13 @@ constexpr const char* kWindowSql =
 
 constexpr const char* kCgroupSql =
     "INSERT INTO cgroups(path, container_id, pod_uid, runtime, qos, systemd_unit, slurm_job, "
-    "slurm_step, first_seen_ns, last_seen_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
+    "slurm_step, first_seen_ns, last_seen_ns, pod, namespace, container) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, ?10, ?11, ?12) "
     "ON CONFLICT(path) DO UPDATE SET container_id = excluded.container_id, "
+    // A window before the API server named the pod must not forget names learnt earlier.
+    "pod = coalesce(excluded.pod, cgroups.pod), "
+    "namespace = coalesce(excluded.namespace, cgroups.namespace), "
+    "container = coalesce(excluded.container, cgroups.container), "
     "pod_uid = excluded.pod_uid, runtime = excluded.runtime, qos = excluded.qos, "
     "systemd_unit = excluded.systemd_unit, slurm_job = excluded.slurm_job, "
     "slurm_step = excluded.slurm_step, "
@@ -182,6 +187,9 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
     bind_opt(cgroups_, 7, id.slurm_job);
     bind_opt(cgroups_, 8, id.slurm_step);
     cgroups_.bind(9, ts);
+    bind_opt(cgroups_, 10, id.pod);
+    bind_opt(cgroups_, 11, id.pod_namespace);
+    bind_opt(cgroups_, 12, id.container);
     if (auto r = done(cgroups_); !r) return r;
   }
 

@@ -505,6 +505,34 @@ TEST_F(ExplainTest, CgroupFilterTakesTheCgroupAndItsDescendants) {
   EXPECT_TRUE(store::cgroup_matches("/", "/ab"));
 }
 
+// The pod and container names the daemon learnt from the API server name the workload, in text
+// and JSON; a cgroup without names keeps its container id / pod UID label.
+TEST_F(ExplainTest, KubernetesNamesNameTheWorkload) {
+  TestDb db(path);
+  add_windows(db);
+  ChainSpec named = cpu_chain();
+  named.id = "named";
+  named.cgroup = "/kubepods.slice/named";
+  db.chain(named);
+  ChainSpec plain = cpu_chain();
+  plain.id = "plain";
+  plain.cgroup = "/kubepods.slice/plain";
+  db.chain(plain);
+  db.sql("INSERT INTO cgroups(path, pod, namespace, container, first_seen_ns, last_seen_ns) "
+         "VALUES('/kubepods.slice/named', 'llm-train-0', 'ml-training', 'trainer', 1, 1), "
+         "('/kubepods.slice/plain', NULL, NULL, NULL, 1, 1)");
+  const Report r = load(db.get(), hour());
+  ASSERT_EQ(r.chains.size(), 2u);
+  const std::string text = cli::render_explain_text(r);
+  EXPECT_NE(text.find("pod ml-training/llm-train-0, container trainer"), std::string::npos)
+      << text;
+  for (const auto& c : r.chains) {
+    EXPECT_EQ(c.pod, c.id == "named" ? "llm-train-0" : "") << c.id;
+    EXPECT_EQ(c.pod_namespace, c.id == "named" ? "ml-training" : "") << c.id;
+    EXPECT_EQ(c.container, c.id == "named" ? "trainer" : "") << c.id;
+  }
+}
+
 TEST_F(ExplainTest, CgroupFilterAppliesToProcessesAndTraced) {
   TestDb db(path);
   build_incident(db);

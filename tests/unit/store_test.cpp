@@ -221,7 +221,8 @@ TEST(StoreTest, WritesBatchAsExactRows) {
             std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0"});
   EXPECT_EQ(rows(db.get(), "SELECT * FROM cgroups"),
             std::vector<std::string>{
-                "/kubepods.slice/pod1|NULL|1a2b|NULL|burstable|NULL|NULL|NULL|" + t + "|" + t});
+                "/kubepods.slice/pod1|NULL|1a2b|NULL|burstable|NULL|NULL|NULL|" + t + "|" + t +
+                "|NULL|NULL|NULL"});
   EXPECT_EQ(rows(db.get(), "SELECT * FROM processes"),
             std::vector<std::string>{"4242|" + std::to_string(kProcessStart) +
                                      "|python3|/kubepods.slice/pod1|" + t + "|" + t});
@@ -380,7 +381,7 @@ TEST(StoreTest, MigratesVersion1Database) {
     store->enqueue(batch(ts + 5 * kSecond));
   }
   auto db = open_plain(path);
-  EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), 2);
+  EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(scalar(db.get(), "PRAGMA auto_vacuum"), 2);  // converted with VACUUM
   EXPECT_EQ(rows(db.get(), "SELECT id, kind, severity, peak, container_id, pod_uid FROM chains"),
             std::vector<std::string>{"00000000000000d5|io_stall|critical|critical|NULL|NULL"});
@@ -388,6 +389,29 @@ TEST(StoreTest, MigratesVersion1Database) {
             (std::vector<std::string>{std::to_string(ts) + "|NULL|NULL",
                                       std::to_string(ts + 5 * kSecond) + "|0.75|16"}));
   EXPECT_EQ(rows(db.get(), "PRAGMA integrity_check"), std::vector<std::string>{"ok"});
+}
+
+// Kubernetes names come from the API server a window or two after a pod starts, and a list can
+// fail: a window without them must not erase names an earlier window stored.
+TEST(StoreTest, KubernetesNamesOutliveWindowsWithoutThem) {
+  TempDir dir;
+  const std::string path = dir.file("names.db");
+  const std::int64_t ts = now_ns();
+  {
+    auto store = open_store(options(path));
+    ASSERT_TRUE(store);
+    store->enqueue(batch(ts));  // before the pod was listed
+    WindowBatch named = batch(ts + 5 * kSecond);
+    named.cgroups[0].pod = "llm-train-0";
+    named.cgroups[0].pod_namespace = "ml-training";
+    named.cgroups[0].container = "trainer";
+    store->enqueue(named);
+    store->enqueue(batch(ts + 10 * kSecond));  // the API server did not answer this time
+  }
+  auto db = open_plain(path);
+  EXPECT_EQ(rows(db.get(), "SELECT path, pod, namespace, container, last_seen_ns FROM cgroups"),
+            std::vector<std::string>{"/kubepods.slice/pod1|llm-train-0|ml-training|trainer|" +
+                                     std::to_string(ts + 10 * kSecond)});
 }
 
 TEST(StoreTest, RefusesNewerSchema) {
@@ -401,7 +425,7 @@ TEST(StoreTest, RefusesNewerSchema) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message,
             path +
-                ": database schema version 99 is newer than this stallwatch understands (2); "
+                ": database schema version 99 is newer than this stallwatch understands (3); "
                 "upgrade stallwatch or use another --db");
   auto db = open_plain(path);
   EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), 99);
