@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "chains/chain.h"
 #include "chains/outliers.h"
 #include "chains/pipeline.h"
@@ -57,15 +58,17 @@ using WallClock = std::chrono::system_clock;
 
 namespace {
 
+using stallwatch::bench::arr;
+using stallwatch::bench::hex;
+using stallwatch::bench::num;
+using stallwatch::bench::seconds_since;
+
 constexpr std::int64_t kSecond = 1'000'000'000;
 constexpr std::int64_t kWindowNs = 5 * kSecond;  // the stated load: 5 s windows
 // --short-cgroups: /system.slice/train-N.service (about 30 bytes) instead of a kubepods
 // container path (about 190 bytes), which every per-window row of the store repeats.
 bool g_short_cgroups = false;
 
-double seconds_since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -85,25 +88,7 @@ WallClock::time_point wall_at(std::int64_t ns) {
       std::chrono::duration_cast<WallClock::duration>(std::chrono::nanoseconds(ns)));
 }
 
-std::string hex(std::mt19937_64& rng, size_t digits) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < digits; i++) s += d[rng() % 16];
-  return s;
-}
 
-// JSON: numbers with up to 6 significant decimals, arrays of numbers.
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  std::ostringstream o;
-  o << std::setprecision(10) << v;
-  return o.str();
-}
-std::string arr(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + num(v[i]);
-  return s + "]";
-}
 
 // Discards what is written and counts the bytes.
 class NullBuf : public std::streambuf {

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "chains/chain.h"
 #include "common/snapshot.h"
 #include "demo/synthetic.h"
@@ -63,6 +64,11 @@ using WallClock = std::chrono::system_clock;
 
 namespace {
 
+using stallwatch::bench::arr;
+using stallwatch::bench::hex;
+using stallwatch::bench::num;
+using stallwatch::bench::seconds_since;
+
 constexpr std::int64_t kSecond = 1'000'000'000;
 constexpr std::int64_t kWindowNs = 5 * kSecond;
 constexpr int kMinReps = 5;
@@ -71,9 +77,6 @@ constexpr int kTargetCgroups = 256;
 
 bool g_typical = false;
 
-double seconds_since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
 
 struct Stats {
   size_t n = 0;
@@ -95,29 +98,12 @@ Stats stats(std::vector<double> v) {
   return s;
 }
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  std::ostringstream o;
-  o << std::setprecision(10) << v;
-  return o.str();
-}
-std::string arr(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + num(v[i]);
-  return s + "]";
-}
 std::string stats_json(const Stats& s, const char* unit) {
   return std::string("{\"reps\":") + std::to_string(s.n) + ",\"median_" + unit + "\":" +
          num(s.median) + ",\"p99_" + unit + "\":" + num(s.p99) + ",\"max_" + unit +
          "\":" + num(s.max) + ",\"min_" + unit + "\":" + num(s.min) + "}";
 }
 
-std::string hex(std::mt19937_64& rng, size_t digits) {
-  static const char* d = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < digits; i++) s += d[rng() % 16];
-  return s;
-}
 
 // Resident set size from /proc/self/statm, in KiB.
 long rss_kb() {
