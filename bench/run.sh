@@ -68,17 +68,21 @@ run_engine() {
   "$BUILD/bench/engine_bench" --cpu "$ENGINE_CPU" --reps "$ENGINE_REPS" --dir "$ENGINE_DIR" \
     --out "$ENGINE_JSON" >&2
 }
-merge_engine() { # OUT.engine = engine_bench's object (+ date, revision); the rest of OUT stays
+# OUT.KEY = the object a part's binary wrote to FILE (+ date, revision, machine); the rest of
+# OUT stays, so ONLY=engine / ONLY=exposition replace only their own key.
+merge_part() { # KEY FILE
   local base='{}'
   mkdir -p "$(dirname "$OUT")"
   [[ -s $OUT ]] && base=$(<"$OUT")
-  jq --slurpfile e "$ENGINE_JSON" --arg date "$(date -u +%FT%TZ)" \
+  jq --arg key "$1" --slurpfile e "$2" --arg date "$(date -u +%FT%TZ)" \
     --arg revision "$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)" \
     --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" --argjson nproc "$(nproc)" \
-    '.engine = ({date: $date, revision: $revision, cpu_model: $cpu, nproc: $nproc} + $e[0])' \
+    --arg kernel "$(uname -r)" \
+    '.[$key] = ({date: $date, revision: $revision, kernel: $kernel, cpu_model: $cpu, nproc: $nproc} + $e[0])' \
     <<<"$base" >"$OUT.tmp"
   mv "$OUT.tmp" "$OUT"
 }
+merge_engine() { merge_part engine "$ENGINE_JSON"; }
 engine_table() {
   echo "engine and store (user space only; 1 thread on CPU $(jq -r .engine.cpu "$OUT"), median of $(jq -r .engine.reps "$OUT"))"
   jq -r 'def r(n): if . == null then "-" else (. * pow(10; n) | round) / pow(10; n) | tostring end;
@@ -113,18 +117,7 @@ run_exposition() {
     --max-seconds "$EXPO_MAX_SECONDS" --cgroups "$EXPO_CGROUPS" --port "$EXPO_PORT" \
     --out "$EXPO_JSON" >&2
 }
-merge_exposition() { # OUT.exposition = exposition_bench's object (+ date, revision); the rest stays
-  local base='{}'
-  mkdir -p "$(dirname "$OUT")"
-  [[ -s $OUT ]] && base=$(<"$OUT")
-  jq --slurpfile e "$EXPO_JSON" --arg date "$(date -u +%FT%TZ)" \
-    --arg revision "$(git -C "$ROOT" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)" \
-    --arg cpu "$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)" --argjson nproc "$(nproc)" \
-    --arg kernel "$(uname -r)" \
-    '.exposition = ({date: $date, revision: $revision, kernel: $kernel, cpu_model: $cpu, nproc: $nproc} + $e[0])' \
-    <<<"$base" >"$OUT.tmp"
-  mv "$OUT.tmp" "$OUT"
-}
+merge_exposition() { merge_part exposition "$EXPO_JSON"; }
 exposition_table() {
   echo "exposition (user space only; 1 CPU $(jq -r .exposition.cpu "$OUT") incl. the HTTP server threads; $(jq -r .exposition.mix "$OUT") mix; up to $(jq -r .exposition.reps "$OUT") reps or $(jq -r .exposition.max_seconds "$OUT") s each)"
   jq -r 'def r(n): if . == null then "-" else (. * pow(10; n) | round) / pow(10; n) | tostring end;
