@@ -175,6 +175,25 @@ TEST(ParseRunOptionsTest, BadMaxCgroups) {
   EXPECT_TRUE(contains(message, "max-cgroups")) << message;
 }
 
+TEST(ParseRunOptionsTest, KubernetesFlags) {
+  const auto defaults = parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->kube_api, "");
+  EXPECT_EQ(defaults->kube_node, "");
+  EXPECT_EQ(defaults->kube_refresh, 60s);
+  const auto o = parse({"--kube-api", "http://127.0.0.1:8001", "--kube-node", "gpu-node-7",
+                        "--kube-refresh", "2m"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->kube_api, "http://127.0.0.1:8001");
+  EXPECT_EQ(o->kube_node, "gpu-node-7");
+  EXPECT_EQ(o->kube_refresh, 2min);
+  const std::string fast = error_of({"--kube-refresh", "500ms"});
+  EXPECT_EQ(fast, "--kube-refresh must be at least 1s");
+  const std::string bad = error_of({"--kube-refresh", "often"});
+  EXPECT_TRUE(contains(bad, "--kube-refresh")) << bad;
+  EXPECT_TRUE(contains(bad, "'often'")) << bad;
+}
+
 TEST(ParseRunOptionsTest, Help) {
   std::string usage;
   const auto o = parse({"--help"}, &usage);
