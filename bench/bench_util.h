@@ -2,10 +2,16 @@
 // random hex ids for synthetic containers, and JSON numbers and arrays. Header-only; pure.
 #pragma once
 
+#include <sched.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
+#include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -39,6 +45,29 @@ inline std::string arr(const std::vector<double>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); i++) s += (i ? "," : "") + num(v[i]);
   return s + "]";
+}
+
+// Pins the calling thread (and the threads it starts later) to `cpu`; -1 leaves it unpinned.
+// False, with one line on stderr naming `prog`, when the kernel refuses.
+inline bool pin_to_cpu(int cpu, const char* prog) {
+  if (cpu < 0) return true;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (sched_setaffinity(0, sizeof set, &set) == 0) return true;
+  std::cerr << prog << ": cannot pin to CPU " << cpu << ": " << std::strerror(errno) << "\n";
+  return false;
+}
+
+// Writes the result object to `path` ("" writes nothing). False, with one line on stderr, when
+// the file cannot be written.
+inline bool write_json(const std::string& path, const std::string& json, const char* prog) {
+  if (path.empty()) return true;
+  std::ofstream f(path);
+  f << json << "\n";
+  if (f) return true;
+  std::cerr << prog << ": cannot write " << path << "\n";
+  return false;
 }
 
 }  // namespace stallwatch::bench

@@ -737,16 +737,7 @@ int main(int argc, char** argv) {
     return ("," + only + ",").find(std::string(",") + part + ",") != std::string::npos;
   };
 
-  if (cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-      std::cerr << "engine_bench: cannot pin to CPU " << cpu << ": " << std::strerror(errno)
-                << "\n";
-      return 1;
-    }
-  }
+  if (!stallwatch::bench::pin_to_cpu(cpu, "engine_bench")) return 1;
   const auto start = SteadyClock::now();
   std::ostringstream json;
   json << "{\"cpu\":" << cpu << ",\"reps\":" << reps << ",\"window_s\":" << kWindowNs / kSecond
@@ -855,13 +846,5 @@ int main(int argc, char** argv) {
   std::snprintf(line, sizeof line, "engine_bench runtime %.0f s\n", total);
   table << line;
   std::cout << table.str();
-  if (!out_path.empty()) {
-    std::ofstream f(out_path);
-    f << json.str() << "\n";
-    if (!f) {
-      std::cerr << "engine_bench: cannot write " << out_path << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return stallwatch::bench::write_json(out_path, json.str(), "engine_bench") ? 0 : 1;
 }

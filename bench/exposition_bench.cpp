@@ -555,16 +555,8 @@ int main(int argc, char** argv) {
     usage();
     return 2;
   }
-  if (cpu >= 0) {  // before the server starts: its threads inherit the pin
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0) {
-      std::cerr << "exposition_bench: cannot pin to CPU " << cpu << ": " << std::strerror(errno)
-                << "\n";
-      return 1;
-    }
-  }
+  // Before the server starts: its threads inherit the pin.
+  if (!stallwatch::bench::pin_to_cpu(cpu, "exposition_bench")) return 1;
   const auto start = SteadyClock::now();
   const sw::metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
 
@@ -678,13 +670,5 @@ int main(int argc, char** argv) {
   curl_global_cleanup();
   server.reset();
   std::cout << table.str();
-  if (!out_path.empty()) {
-    std::ofstream f(out_path);
-    f << json.str() << "\n";
-    if (!f) {
-      std::cerr << "exposition_bench: cannot write " << out_path << "\n";
-      return 1;
-    }
-  }
-  return 0;
+  return stallwatch::bench::write_json(out_path, json.str(), "exposition_bench") ? 0 : 1;
 }
