@@ -90,11 +90,7 @@ function timeseries(title, description, queries, { unit = 'short', w = 12, h = 8
   if (min !== undefined) defaults.min = min;
   if (max !== undefined) defaults.max = max;
   return {
-    datasource: DS,
-    description,
-    fieldConfig: fieldConfig(unit, defaults),
-    gridPos: place(w, h),
-    id: nextId++,
+    ...panelHead(description, fieldConfig(unit, defaults), w, h),
     options: {
       legend: { calcs: ['max', 'lastNotNull'], displayMode: 'table', placement: 'bottom', showLegend: true },
       tooltip: { mode: 'multi', sort: 'desc' },
@@ -103,6 +99,11 @@ function timeseries(title, description, queries, { unit = 'short', w = 12, h = 8
     title,
     type: 'timeseries',
   };
+}
+
+// The fields every data panel starts with, in the order Grafana saves them.
+function panelHead(description, fieldConfig, w, h) {
+  return { datasource: DS, description, fieldConfig, gridPos: place(w, h), id: nextId++ };
 }
 
 function thresholds(steps) {
@@ -116,11 +117,7 @@ function stat(title, description, queries, { unit = 'short', w = 6, h = 5, steps
   const defaults = { color: { mode: 'thresholds' }, thresholds: thresholds(steps) };
   if (decimals !== undefined) defaults.decimals = decimals;
   return {
-    datasource: DS,
-    description,
-    fieldConfig: fieldConfig(unit, defaults),
-    gridPos: place(w, h),
-    id: nextId++,
+    ...panelHead(description, fieldConfig(unit, defaults), w, h),
     options: {
       colorMode: 'background',
       graphMode: 'area',
@@ -140,11 +137,7 @@ function table(title, description, queries, { w = 24, h = 8, organize = {}, merg
   if (merge) transformations.push({ id: 'merge', options: {} });
   transformations.push({ id: 'organize', options: { excludeByName: {}, indexByName: {}, renameByName: {}, ...organize } });
   return {
-    datasource: DS,
-    description,
-    fieldConfig: fieldConfig('short', { color: { mode: 'thresholds' }, thresholds: thresholds([]) }, overrides),
-    gridPos: place(w, h),
-    id: nextId++,
+    ...panelHead(description, fieldConfig('short', { color: { mode: 'thresholds' }, thresholds: thresholds([]) }, overrides), w, h),
     options: { cellHeight: 'sm', footer: { show: false, reducer: ['sum'], fields: '' }, showHeader: true },
     targets: targets(queries.map(([e, l, x]) => [e, l, { format: 'table', instant: true, range: false, ...x }])),
     title,
@@ -155,11 +148,7 @@ function table(title, description, queries, { w = 24, h = 8, organize = {}, merg
 
 function heatmap(title, description, expr, { w = 8, h = 8, repeat } = {}) {
   const p = {
-    datasource: DS,
-    description,
-    fieldConfig: { defaults: { custom: { hideFrom: { legend: false, tooltip: false, viz: false }, scaleDistribution: { type: 'linear' } } }, overrides: [] },
-    gridPos: place(w, h),
-    id: nextId++,
+    ...panelHead(description, { defaults: { custom: { hideFrom: { legend: false, tooltip: false, viz: false }, scaleDistribution: { type: 'linear' } } }, overrides: [] }, w, h),
     options: {
       calculate: false,
       cellGap: 1,
