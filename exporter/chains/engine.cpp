@@ -38,7 +38,8 @@ void Baseline::push(double p50_s, double p99_s, double calls_per_window, size_t 
   }
 }
 
-Engine::Engine(EngineOptions options) : options_(options), rng_(std::random_device{}()) {}
+Engine::Engine(EngineOptions options)
+    : options_(options), rng_(options.seed ? options.seed : std::random_device{}()) {}
 
 std::string Engine::new_id() {
   char buf[17];

@@ -79,6 +79,7 @@ struct Thresholds {
 struct EngineOptions {
   Thresholds thresholds;
   int host_cpus = 0;  // for recommendations (taskset ranges); 0 = unknown
+  std::uint64_t seed = 0;  // of the chain ids; 0: from the random device
 };
 
 // Per (cgroup, process, call): recent healthy p50/p99/mean.

@@ -60,6 +60,7 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
                           metrics::SnapshotBoard& board, store::Store* store, std::ostream& out) {
   chains::PipelineOptions popts;
   popts.engine.host_cpus = options.host_cpus;
+  popts.engine.seed = options.seed;
   popts.otlp = options.otlp;
   chains::Pipeline pipeline(popts, board, store);
   SyntheticHost host;
@@ -78,7 +79,8 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
     return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
         .count();
   };
-  const std::int64_t t0 = options.realtime ? now_ns() : now_ns() - story * w;
+  const std::int64_t end0 = options.end_ns ? options.end_ns : now_ns();
+  const std::int64_t t0 = options.realtime ? now_ns() : end0 - story * w;
   const auto steady0 = std::chrono::steady_clock::now();
 
   store::HostContext ctx;

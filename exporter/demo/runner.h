@@ -31,6 +31,10 @@ struct RunnerOptions {
   bool serve_after = false;  // after the story, keep emitting windows until `stop`
   int host_cpus = 8;         // the synthetic host's CPU count (recommendations, context)
   otlp::Pusher* otlp = nullptr;  // pushes every window's snapshot and chains; may be null
+  // Reproducible runs (the golden tests): with realtime false, the story ends at this unix time
+  // instead of now, and chain ids come from this seed instead of the random device. 0: unset.
+  std::int64_t end_ns = 0;
+  std::uint64_t seed = 0;
 };
 
 struct RunnerResult {
