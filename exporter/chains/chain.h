@@ -11,31 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "chains/kinds.h"
 #include "identity/cgroup_identity.h"
 
 namespace stallwatch::chains {
-
-// The closed set of DESIGN.md; names are the `kind` label values.
-enum class Kind : std::uint8_t {
-  kCpuContention,
-  kMemoryPressure,
-  kIoStall,
-  kNetworkRetransmit,
-  kAllocSpike,
-  kColdStart,
-  kMemcpyBound,
-  kGpuContention,
-  kNcclStraggler,
-};
-inline constexpr int kKindCount = 9;
-
-enum class Severity : std::uint8_t { kLow, kMedium, kHigh, kCritical };
-inline constexpr int kSeverityCount = 4;
-
-std::string_view kind_name(Kind k);
-std::optional<Kind> kind_from_name(std::string_view name);
-std::string_view severity_name(Severity s);  // low, medium, high, critical
-std::optional<Severity> severity_from_name(std::string_view name);
 
 // Someone or something that made the condition worse: a preemptor, another CUDA process, ...
 struct Contributor {

@@ -4,42 +4,13 @@
 #include <cstdio>
 #include <set>
 
-#include "chains/rules.h"
-#include "trace/histogram.h"
 
 namespace stallwatch::chains {
-namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
-
-}  // namespace
-
-double Baseline::median_p50() const { return median(p50); }
-double Baseline::median_p99() const { return median(p99); }
-double Baseline::median_calls() const { return median(calls); }
-double Baseline::median_mean() const { return median(mean); }
-
-void Baseline::push(double p50_s, double p99_s, double calls_per_window, size_t cap,
-                    double mean_s) {
-  p50.push_back(p50_s);
-  p99.push_back(p99_s);
-  calls.push_back(calls_per_window);
-  mean.push_back(mean_s);
-  if (p50.size() > cap) {
-    p50.erase(p50.begin());
-    p99.erase(p99.begin());
-    calls.erase(calls.begin());
-    mean.erase(mean.begin());
-  }
-}
-
-Engine::Engine(EngineOptions options)
-    : options_(options), rng_(options.seed ? options.seed : std::random_device{}()) {}
+Engine::Engine(EngineOptions options, std::vector<std::unique_ptr<Rule>> rules)
+    : options_(options),
+      rules_(std::move(rules)),
+      rng_(options.seed ? options.seed : std::random_device{}()) {}
 
 std::string Engine::new_id() {
   char buf[17];
@@ -47,33 +18,46 @@ std::string Engine::new_id() {
   return buf;
 }
 
-const Baseline* Engine::baseline(const std::string& cgroup, int pid, std::uint32_t call_id) const {
-  auto it = baselines_.find({cgroup, pid, call_id});
-  return it == baselines_.end() ? nullptr : &it->second;
+// Each process, each series, then the host, every rule in kinds.h's order at each scope.
+std::vector<Finding> Engine::run_rules(const WindowContext& ctx) {
+  std::vector<Finding> out;
+  for (const auto& p : ctx.view.processes) {
+    seen_.insert({p.cgroup, p.pid});
+    for (auto& r : rules_) r->process(ctx, p, out);
+  }
+  for (const auto& [label, s] : ctx.view.series) {
+    for (auto& r : rules_) r->series(ctx, s, out);
+  }
+  for (auto& r : rules_) r->host(ctx, out);
+  return out;
+}
+
+// The rules forget the processes that left the snapshot (and those they met in the window
+// without the snapshot listing them).
+void Engine::forget_exited(const Snapshot& snap) {
+  for (auto it = seen_.begin(); it != seen_.end();) {
+    const auto& [cgroup, pid] = *it;
+    auto s = snap.series.find(cgroup);
+    if (s != snap.series.end() && s->second.process_info.count(pid)) {
+      ++it;
+      continue;
+    }
+    for (auto& r : rules_) r->forget(cgroup, pid);
+    it = seen_.erase(it);
+  }
+  baselines_.forget_exited(snap);
 }
 
 // Healthy windows only: a process with a finding or an open chain keeps its baseline frozen,
 // so the incident never becomes the new normal. A finding or chain about a cgroup (pid 0:
 // memory_pressure, io_stall, network_retransmit) freezes every process of that cgroup.
-void Engine::update_baselines(const WindowView& view, const std::vector<Finding>& findings) {
-  std::set<std::pair<std::string, int>> frozen;
-  for (const auto& f : findings) frozen.insert({f.chain.identity.cgroup, f.chain.pid});
+std::set<std::pair<std::string, int>> Engine::frozen(const std::vector<Finding>& findings) const {
+  std::set<std::pair<std::string, int>> out;
+  for (const auto& f : findings) out.insert({f.chain.identity.cgroup, f.chain.pid});
   for (const auto& [key, t] : tracks_) {
-    if (t.has_chain) frozen.insert({std::get<1>(key), std::get<2>(key)});
+    if (t.has_chain) out.insert({std::get<1>(key), std::get<2>(key)});
   }
-  const Thresholds& th = options_.thresholds;
-  for (const auto& p : view.processes) {
-    if (frozen.count({p.cgroup, p.pid}) || frozen.count({p.cgroup, 0})) continue;
-    for (const auto& [id, t] : p.calls) {
-      if (t.count < th.min_calls) continue;
-      double p50 = trace::quantile_seconds(t.buckets, 0.50, t.max_ns);
-      double p99 = trace::quantile_seconds(t.buckets, 0.99, t.max_ns);
-      const double n = static_cast<double>(t.count);
-      const double mean = static_cast<double>(t.sum_ns) / 1e9 / n;
-      baselines_[{p.cgroup, p.pid, id}].push(p50, p99, n, th.baseline_windows, mean);
-      baselines_[{p.cgroup, 0, id}].push(p50, p99, n, th.baseline_windows, mean);
-    }
-  }
+  return out;
 }
 
 std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
@@ -81,10 +65,12 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
   if (first_window_ns_ == 0) first_window_ns_ = view.end_ns - view.window_ns;
   for (const auto& [label, s] : snap.series) identities_[label] = s.identity;
 
-  std::vector<Finding> findings = RuleContext(*this, snap, view, outliers).run();
-  update_baselines(view, findings);
-
+  const WindowContext ctx{snap,     view,        outliers,       baselines_,
+                          options_, identities_, first_window_ns_};
+  std::vector<Finding> findings = run_rules(ctx);
   const Thresholds& th = options_.thresholds;
+  baselines_.update(view, frozen(findings), th.min_calls, th.baseline_windows);
+
   std::vector<Chain> changed;
   std::set<Key> hit;
   for (auto& f : findings) {
@@ -143,17 +129,7 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
     changed.push_back(t.chain);
     it = tracks_.erase(it);
   }
-  // Baselines of exited processes go; their workload's (pid 0) stays for the next process.
-  for (auto it = baselines_.begin(); it != baselines_.end();) {
-    const auto& [cgroup, pid, call] = it->first;
-    bool keep = pid == 0;
-    if (!keep) {
-      auto s = snap.series.find(cgroup);
-      keep = s != snap.series.end() && s->second.process_info.count(pid);
-    }
-    it = keep ? std::next(it) : baselines_.erase(it);
-  }
-  window_index_++;
+  forget_exited(snap);
   return changed;
 }
 

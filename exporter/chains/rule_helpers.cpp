@@ -58,8 +58,8 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-std::string effect_text(const CallStat& s, const Baseline* b, bool known) {
-  const double before = known ? b->median_calls() : 0;
+std::string effect_text(const CallStat& s, const Baseline* b) {
+  const double before = b ? b->median_calls() : 0;
   const double now = static_cast<double>(s.count);
   if (before > 0 && now < 0.9 * before) {
     return std::string(s.name) + " calls per window fell " + percent(1 - now / before) +
@@ -70,12 +70,12 @@ std::string effect_text(const CallStat& s, const Baseline* b, bool known) {
          human_seconds(static_cast<double>(s.sum_ns) / 1e9) + " inside them";
 }
 
-void set_call(Chain& c, const CallStat& s, const Baseline* b, bool known) {
+void set_call(Chain& c, const CallStat& s, const Baseline* b) {
   c.call = std::string(s.name);
   c.api = std::string(s.api);
   c.p50_s = s.p50;
   c.p99_s = s.p99;
-  if (known) {
+  if (b) {
     c.baseline_p50_s = b->median_p50();
     c.baseline_p99_s = b->median_p99();
     c.ratio = share(s.p99, c.baseline_p99_s);
@@ -91,5 +91,30 @@ std::string process_text(const std::string& comm, int pid) {
   return (comm.empty() ? std::string("PID ") : comm + " (PID ") + std::to_string(pid) +
          (comm.empty() ? "" : ")");
 }
+
+std::string workload_of(const Chain& c) {
+  if (!c.identity.container_id.empty()) return "container " + c.identity.container_id.substr(0, 12);
+  if (!c.identity.systemd_unit.empty()) return c.identity.systemd_unit;
+  return c.identity.cgroup;
+}
+
+std::string process_or_workload(const ProcessWindow* p, const Chain& c) {
+  return p ? process_text(p->comm, p->pid) : workload_of(c);
+}
+
+Severity step_up(Severity s) {
+  return s >= Severity::kHigh ? s : static_cast<Severity>(static_cast<int>(s) + 1);
+}
+
+std::string advice_line(std::string_view command, std::string_view why) {
+  return std::string(command) + "   # " + std::string(why) + "\n";
+}
+
+std::string last_component(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+bool in_kubepods(std::string_view cgroup) { return cgroup.find("kubepods") != cgroup.npos; }
 
 }  // namespace stallwatch::chains

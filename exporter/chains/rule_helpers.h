@@ -1,5 +1,5 @@
-// Helpers shared by the rule files (rules.cpp, rules_host.cpp, rules_nccl.cpp): a call's numbers
-// in one window and the pieces of chain text every rule writes. Internal to the chain engine.
+// Helpers shared by the rule files (chains/rules/*.cpp): a call's numbers in one window, the
+// pieces of chain text every rule writes and the lines of its advice. Internal to the rules.
 // Pure; thread-safe.
 #pragma once
 
@@ -9,7 +9,8 @@
 #include <string_view>
 
 #include "chains/chain.h"
-#include "chains/engine.h"
+#include "chains/baselines.h"
+#include "chains/window.h"
 #include "common/snapshot.h"
 
 namespace stallwatch::chains {
@@ -39,13 +40,24 @@ inline double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 std::string upper(std::string_view s);
 
 // What the slow calls cost the workload beyond their latency: the call rate against its
-// baseline, else the window's count.
-std::string effect_text(const CallStat& s, const Baseline* b, bool known);
-// The chain's call, api, p50/p99 and (when known) baseline and ratio.
-void set_call(Chain& c, const CallStat& s, const Baseline* b, bool known);
+// baseline (`b`, null while unknown), else the window's count.
+std::string effect_text(const CallStat& s, const Baseline* b);
+// The chain's call, api, p50/p99 and (when `b` is known) baseline and ratio.
+void set_call(Chain& c, const CallStat& s, const Baseline* b);
 // "[HIGH] kind: rest"
 std::string summary_of(const Chain& c, const std::string& rest);
 // "python3 (PID 4242)"
 std::string process_text(const std::string& comm, int pid);
+// How a person knows the workload: its container, systemd unit or cgroup path.
+std::string workload_of(const Chain& c);
+// "python3 (PID 4242)", or the workload when the series has no CUDA process this window.
+std::string process_or_workload(const ProcessWindow* p, const Chain& c);
+// One severity up, at most high.
+Severity step_up(Severity s);
+
+// Advice: "COMMAND   # WHY\n", one line of a recommendation.
+std::string advice_line(std::string_view command, std::string_view why);
+std::string last_component(std::string_view path);  // of a cgroup path: the unit or scope
+bool in_kubepods(std::string_view cgroup);
 
 }  // namespace stallwatch::chains

@@ -1,4 +1,4 @@
-// Unit tests of the chain engine (chains/engine.h, rules*.cpp, window.h, outliers.h) driven
+// Unit tests of the chain engine (chains/engine.h, chains/rules/, window.h, outliers.h) driven
 // window by window through the demo's synthetic host at fixed timestamps: every CPU/GPU demo
 // scenario produces exactly its chain, quiet workloads produce none, chains keep one identity
 // for their whole life, baselines stay frozen during an incident, the counters behind

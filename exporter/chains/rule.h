@@ -1,0 +1,84 @@
+// The rule interface: one class per chain kind (chains/rules/<kind>.cpp, listed in kinds.h),
+// each owning its thresholds, its memory across windows and its advice. The engine hands every
+// rule a read-only view of the window (WindowContext) at three scopes, in this order: each
+// active process, each series (cgroup), then the host once; and tells it when a process exits.
+// A rule returns findings; the engine turns them into chains (lifecycle, ids, counts).
+// Not thread-safe: rules are called by the engine's one caller.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "chains/baselines.h"
+#include "chains/chain.h"
+#include "chains/outliers.h"
+#include "chains/window.h"
+#include "common/snapshot.h"
+
+namespace stallwatch::chains {
+
+// Engine-wide thresholds (docs/chains.md, "Baselines" and "Lifecycle"); each rule keeps its own.
+struct Thresholds {
+  // Baseline: median of the last `baseline_windows` healthy windows with at least
+  // `min_calls` calls; known once `baseline_min_windows` windows are in.
+  size_t baseline_windows = 32;
+  size_t baseline_min_windows = 3;
+  std::uint64_t min_calls = 3;
+  // Lifecycle: a condition must hold in `open_after` consecutive windows to open a chain and
+  // be absent in `close_after` consecutive windows to close it.
+  int open_after = 2;
+  int close_after = 2;
+};
+
+struct EngineOptions {
+  Thresholds thresholds;
+  int host_cpus = 0;  // for recommendations (taskset ranges); 0 = unknown
+  std::uint64_t seed = 0;  // of the chain ids; 0: from the random device
+};
+
+// What a rule found in one window for one (kind, cgroup, pid): the chain's content.
+struct Finding {
+  Chain chain;        // kind, severity, identity, process, call, texts, contributors, evidence
+  bool once = false;  // report and close at once (cold_start)
+  bool immediate = false;  // open without waiting for open_after windows (periodic spikes)
+  int close_after = 0;     // override of thresholds.close_after when > 0
+};
+
+// One window as every rule sees it.
+struct WindowContext {
+  const Snapshot& snap;
+  const WindowView& view;
+  const OutlierWindow& outliers;
+  const Baselines& baselines;
+  const EngineOptions& options;
+  const std::map<std::string, identity::Identity>& identities;  // by cgroup label
+  std::int64_t first_window_ns = 0;  // start of the first window the engine observed
+
+  // A chain of `kind` about the process, or about the cgroup (pid 0), with its identity.
+  Chain base_chain(Kind kind, const ProcessWindow& p) const;
+  Chain base_chain(Kind kind, const std::string& cgroup) const;
+  // The process's known baseline of the call, else its workload's; null while unknown.
+  const Baseline* baseline(const ProcessWindow& p, std::uint32_t call_id) const;
+  // The worst call of the process in the window, outlier records included.
+  std::uint64_t worst_stall_ns(const ProcessWindow& p) const;
+  // The series' CUDA processes this window, most CUDA time first.
+  std::vector<const ProcessWindow*> cuda_processes(const std::string& cgroup) const;
+};
+
+class Rule {
+ public:
+  virtual ~Rule() = default;
+  virtual Kind kind() const = 0;
+  virtual void process(const WindowContext&, const ProcessWindow&, std::vector<Finding>&) {}
+  virtual void series(const WindowContext&, const SeriesWindow&, std::vector<Finding>&) {}
+  virtual void host(const WindowContext&, std::vector<Finding>&) {}
+  // The process left the snapshot: drop what the rule remembers of it.
+  virtual void forget(const std::string& /*cgroup*/, int /*pid*/) {}
+};
+
+// One rule per row of kinds.h, in that order.
+std::vector<std::unique_ptr<Rule>> default_rules();
+
+}  // namespace stallwatch::chains

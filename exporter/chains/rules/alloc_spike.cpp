@@ -1,0 +1,109 @@
+// alloc_spike: an allocation call that spikes far above its usual latency, again and again (the
+// caching allocator growing or releasing its pool). docs/chains.md.
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "chains/call_classes.h"
+#include "chains/format.h"
+#include "chains/rule.h"
+#include "chains/rule_helpers.h"
+
+namespace stallwatch::chains {
+namespace {
+
+struct Thresholds {
+  double ratio = 10;             // the worst allocation this many times the baseline p50
+  double min_s = 0.001;          // and at least this long
+  size_t memory_windows = 64;    // a second spike within this many windows makes a pattern
+  double medium_ratio = 100;     // a spike this large is at least medium
+  int min_close_after = 6;       // windows without a spike before the chain closes (at least)
+};
+
+std::string advise() {
+  std::string out;
+  out += advice_line("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                     "grow the caching allocator's pool without a new cudaMalloc per size");
+  out += "# warm the allocator: run one step at the largest batch and sequence length first\n";
+  out += "# remove torch.cuda.empty_cache() from the training loop (it returns memory that "
+         "cudaMalloc must take again)\n";
+  out += "# pad or bucket variable-length inputs to a few fixed shapes\n";
+  return out;
+}
+
+class AllocSpike : public Rule {
+ public:
+  Kind kind() const override { return Kind::kAllocSpike; }
+
+  void process(const WindowContext& ctx, const ProcessWindow& p,
+               std::vector<Finding>& out) override {
+    const WindowView& view = ctx.view;
+    const double window = static_cast<double>(view.window_ns);
+    for (const auto& [id, t] : p.calls) {
+      if (!is_alloc_call(id)) continue;
+      CallStat st = stat_of(id, t);
+      const Baseline* b = ctx.baseline(p, id);
+      double ref = b ? b->median_p50() : (t.count >= ctx.options.thresholds.min_calls ? st.p50 : 0);
+      if (ref <= 0) continue;
+      const double worst = secs(st.max_ns);
+      if (worst < std::max(th_.ratio * ref, th_.min_s)) continue;
+
+      auto& spikes = spikes_[{p.cgroup, p.pid}];
+      spikes.push_back(view.end_ns);
+      const std::int64_t horizon =
+          view.end_ns - static_cast<std::int64_t>(th_.memory_windows) * view.window_ns;
+      spikes.erase(std::remove_if(spikes.begin(), spikes.end(),
+                                  [&](std::int64_t ts) { return ts < horizon; }),
+                   spikes.end());
+      if (spikes.size() < 2) return;  // one spike is an event, two make a pattern
+      const double period = secs(static_cast<std::uint64_t>(spikes.back() - spikes.front())) /
+                            static_cast<double>(spikes.size() - 1);
+      const double ratio = worst / ref;
+      const double time_share = share(static_cast<double>(t.sum_ns), window);
+
+      Finding f;
+      f.immediate = true;
+      const int period_windows = static_cast<int>(period * 1e9 / window + 0.5);
+      f.close_after = std::max(th_.min_close_after, 2 * period_windows + 1);
+      Chain& c = f.chain;
+      c = ctx.base_chain(kind(), p);
+      c.severity = kind_info(kind()).cutoffs.of(time_share);
+      if (ratio >= th_.medium_ratio) c.severity = std::max(c.severity, Severity::kMedium);
+      set_call(c, st, b);
+      c.baseline_p50_s = ref;
+      c.ratio = ratio;  // for alloc_spike: worst allocation against the baseline p50
+      c.evidence = {{"spikes", static_cast<double>(spikes.size())},
+                    {"period_s", period},
+                    {"worst_alloc_s", worst},
+                    {"baseline_p50_s", ref},
+                    {"alloc_time_share", time_share}};
+      c.root_cause = st.name.empty() ? std::string() : std::string(st.name);
+      c.root_cause += " in " + p.comm + " (PID " + std::to_string(p.pid) + ") spikes to " +
+                      human_seconds(worst) + " (" + times(ratio) + " its usual " +
+                      human_seconds(ref) + ") every " + human_seconds(period) + " (" +
+                      std::to_string(spikes.size()) +
+                      " spikes): the allocator is growing or releasing its pool";
+      c.effect = human_seconds(secs(t.sum_ns)) +
+                 " spent allocating in the latest spike window (" + percent(time_share) +
+                 " of it); the GPU idles while the allocation blocks";
+      c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
+                                    ") spikes " + times(ratio) + " every " +
+                                    human_seconds(period));
+      c.recommendation = advise();
+      out.push_back(std::move(f));
+      return;
+    }
+  }
+
+  void forget(const std::string& cgroup, int pid) override { spikes_.erase({cgroup, pid}); }
+
+ private:
+  Thresholds th_;
+  std::map<std::pair<std::string, int>, std::vector<std::int64_t>> spikes_;  // window ends
+};
+
+}  // namespace
+
+std::unique_ptr<Rule> make_alloc_spike_rule() { return std::make_unique<AllocSpike>(); }
+
+}  // namespace stallwatch::chains

@@ -1,0 +1,123 @@
+// gpu_contention: a process's synchronisations slow down against its baseline while other CUDA
+// processes are active and nothing on the host explains it. docs/chains.md.
+#include <algorithm>
+
+#include "chains/call_classes.h"
+#include "chains/format.h"
+#include "chains/rule.h"
+#include "chains/rule_helpers.h"
+
+namespace stallwatch::chains {
+namespace {
+
+struct Thresholds {
+  double ratio = 3;                // sync p99 against its baseline p99 (and p50 at least doubled)
+  double p50_ratio = 2;
+  double host_call_share = 0.05;   // no host cause: runnable share of call time below this
+  double host_thread_share = 0.10; // and of the CUDA threads' time below this
+};
+
+std::string advise(const Chain& c) {
+  std::string out;
+  out += advice_line("CUDA_VISIBLE_DEVICES=<gpu>",
+                     "give each job its own GPU (in Kubernetes: an nvidia.com/gpu limit per pod)");
+  out += "# or share it on purpose: MIG partitions (nvidia-smi mig) on A100/H100, or MPS for "
+         "cooperating processes\n";
+  for (const auto& k : c.contributors) {
+    out += "# move " + k.comm + " (PID " + std::to_string(k.pid) + ", " + k.cgroup +
+           ") to another GPU or node\n";
+    break;
+  }
+  return out;
+}
+
+class GpuContention : public Rule {
+ public:
+  Kind kind() const override { return Kind::kGpuContention; }
+
+  void process(const WindowContext& ctx, const ProcessWindow& p,
+               std::vector<Finding>& out) override {
+    std::vector<const ProcessWindow*> others;
+    for (const auto& q : ctx.view.processes) {
+      if (q.pid != p.pid && !q.calls.empty()) others.push_back(&q);
+    }
+    if (others.empty()) return;
+    std::uint64_t runnable = 0;
+    for (const auto& [id, t] : p.calls) runnable += t.runnable_ns;
+    const std::uint64_t thread_ns =
+        p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;
+    const double call_share =
+        share(static_cast<double>(runnable), static_cast<double>(p.cuda_ns()));
+    const double thread_share =
+        share(static_cast<double>(p.offcpu.runnable_ns), static_cast<double>(thread_ns));
+    if (call_share >= th_.host_call_share || thread_share >= th_.host_thread_share) return;
+
+    const CallTotals* worst = nullptr;
+    std::uint32_t worst_id = 0;
+    double worst_ratio = 0;
+    for (const auto& [id, t] : p.calls) {
+      if (!is_sync_call(id) || t.count < ctx.options.thresholds.min_calls) continue;
+      const Baseline* b = ctx.baseline(p, id);
+      if (!b || b->median_p99() <= 0) continue;
+      CallStat st = stat_of(id, t);
+      const double ratio = st.p99 / b->median_p99();
+      const bool p50_up = st.p50 >= th_.p50_ratio * b->median_p50();
+      if (ratio >= th_.ratio && p50_up && ratio > worst_ratio) {
+        worst = &t;
+        worst_id = id;
+        worst_ratio = ratio;
+      }
+    }
+    if (!worst) return;
+
+    Finding f;
+    Chain& c = f.chain;
+    c = ctx.base_chain(kind(), p);
+    c.severity = kind_info(kind()).cutoffs.of(worst_ratio);
+    CallStat st = stat_of(worst_id, *worst);
+    const Baseline* b = ctx.baseline(p, worst_id);
+    set_call(c, st, b);
+    std::sort(others.begin(), others.end(), [](const ProcessWindow* a, const ProcessWindow* b) {
+      return a->cuda_ns() > b->cuda_ns();
+    });
+    std::uint64_t other_calls = 0;
+    for (const auto* q : others) {
+      std::uint64_t calls = 0;
+      for (const auto& [id, t] : q->calls) calls += t.count;
+      other_calls += calls;
+      if (c.contributors.size() < 5) {
+        c.contributors.push_back(Contributor{
+            q->comm, q->pid, q->cgroup,
+            q->cgroup == p.cgroup ? "CUDA process, same workload" : "CUDA process, other workload",
+            q->cuda_ns(), calls});
+      }
+    }
+    c.evidence = {{"other_cuda_processes", static_cast<double>(others.size())},
+                  {"other_cuda_calls", static_cast<double>(other_calls)},
+                  {"call_runnable_share", call_share},
+                  {"thread_runnable_share", thread_share}};
+    c.root_cause = std::to_string(others.size()) + " other CUDA process" +
+                   (others.size() == 1 ? "" : "es") + " (" + c.contributors[0].comm + " PID " +
+                   std::to_string(c.contributors[0].pid) + " first) issued " +
+                   thousands(other_calls) + " CUDA calls in the window while " + p.comm +
+                   " (PID " + std::to_string(p.pid) +
+                   ") waited on the GPU; no host-side cause: it was runnable off-CPU only " +
+                   percent(call_share) + " of its call time";
+    c.effect = effect_text(st, b);
+    c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
+                                  ") " + times(worst_ratio) + " slower while " +
+                                  std::to_string(others.size()) + " other CUDA process" +
+                                  (others.size() == 1 ? " shares" : "es share") + " the GPU");
+    c.recommendation = advise(c);
+    out.push_back(std::move(f));
+  }
+
+ private:
+  Thresholds th_;
+};
+
+}  // namespace
+
+std::unique_ptr<Rule> make_gpu_contention_rule() { return std::make_unique<GpuContention>(); }
+
+}  // namespace stallwatch::chains
