@@ -1,7 +1,7 @@
 // engine_bench: the user-space side of stallwatch, measured without the kernel. Single-threaded
 // on one CPU (pinned to CPU 0 unless --cpu says otherwise; the store's writer thread inherits
 // the pin), each measurement repeated --reps times (default 5) and reported as the median:
-//  1. ring-buffer records through the engine: outlier_event records fed to OutlierSink::add,
+//  1. ring-buffer records through the engine: trace::OutlierRecord records fed to OutlierSink::add,
 //     with a drain + Pipeline::window (diff, Engine::observe, publish; no store) every 100,000
 //     records: records/s and ns per record;
 //  2. Pipeline::window (Engine::observe) per window for 16 and 256 processes x 8 calls built
@@ -41,10 +41,10 @@
 #include "bench_util.h"
 #include "chains/chain.h"
 #include "chains/outliers.h"
-#include "chains/pipeline.h"
+#include "app/pipeline.h"
 #include "chains/window.h"
 #include "cli/explain.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "demo/synthetic.h"
 #include "identity/cgroup_identity.h"
 #include "metrics/http_server.h"
@@ -307,11 +307,11 @@ RingResult bench_ring(int reps) {
   std::mt19937_64 rng(2);
   std::exponential_distribution<double> extra(1.0 / 4e6);  // mean 4 ms above the 1 ms floor
   std::uniform_real_distribution<double> share(0, 0.3);
-  std::vector<outlier_event> recs(r.records);
+  std::vector<trace::OutlierRecord> recs(r.records);
   std::uint64_t ts = static_cast<std::uint64_t>(SteadyClock::now().time_since_epoch().count());
   for (auto& e : recs) {
     const auto& p = load.procs()[rng() % kPids];
-    e = outlier_event{};
+    e = trace::OutlierRecord{};
     ts += 1000 + rng() % 1000;
     e.ts_ns = ts;
     e.cgroup_id = 10000 + static_cast<std::uint64_t>(p.pid);
@@ -334,7 +334,7 @@ RingResult bench_ring(int reps) {
     const auto start = SteadyClock::now();
     for (size_t w = 0; w < kWindows; w++) {
       const auto a = SteadyClock::now();
-      const outlier_event* e = recs.data() + w * kPerWindow;
+      const trace::OutlierRecord* e = recs.data() + w * kPerWindow;
       for (size_t i = 0; i < kPerWindow; i++) sink.add(e[i]);
       const auto b = SteadyClock::now();
       sw::chains::OutlierWindow ow = sink.drain();

@@ -48,9 +48,10 @@
 
 #include "bench_util.h"
 #include "chains/chain.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "demo/synthetic.h"
 #include "metrics/exposition.h"
+#include "oracle/prometheus_oracle.h"
 #include "metrics/http_server.h"
 #include "metrics/model.h"
 #include "metrics/otlp/encoding.h"

@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "cli/check.h"
-#include "cli/demo.h"
+#include "app/demo.h"
 #include "cli/explain.h"
 #include "cli/query.h"
-#include "cli/run.h"
+#include "app/daemon.h"
 
 namespace {
 

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "trace/records.h"
 #include "common/json.h"
 #include "metrics/otlp/wire.h"
 #include "trace/calls.h"
@@ -125,7 +126,7 @@ std::string snapshot_json(const Snapshot& snap) {
     << ",\"attached_probes\":" << snap.attached_probes << ",\"outliers\":" << snap.outliers
     << ",\"lost\":{";
   for (unsigned i = 0; i < SW_LOST_MAX; ++i) {
-    o << (i ? "," : "") << json_string(lost_source_name(i)) << ":" << snap.lost[i];
+    o << (i ? "," : "") << json_string(trace::lost_source_name(i)) << ":" << snap.lost[i];
   }
   o << "},\"series\":[";
   bool first = true;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "metrics/exposition.h"
 
 class CivetServer;

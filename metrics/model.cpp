@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "trace/records.h"
 #include "metrics/exposition.h"
 #include "trace/calls.h"
 
@@ -205,7 +206,7 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
                      "Records or aggregations the kernel side could not deliver, by source.",
                      MetricKind::kCounter, "{event}");
   for (unsigned i = 0; i < SW_LOST_MAX; ++i) {
-    lost.points.push_back(point(nullptr, {{"source", lost_source_name(i)}}, count(snap.lost[i])));
+    lost.points.push_back(point(nullptr, {{"source", trace::lost_source_name(i)}}, count(snap.lost[i])));
   }
   out.push_back(std::move(lost));
   auto single = [&](const char* name, const char* help, MetricKind kind, const char* unit,

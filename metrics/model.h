@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "identity/cgroup_identity.h"
 #include "trace/histogram.h"
 

@@ -20,7 +20,7 @@
 #include "chains/outliers.h"
 #include "chains/rule.h"
 #include "chains/window.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 
 namespace stallwatch::chains {
 

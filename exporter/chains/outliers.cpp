@@ -5,13 +5,13 @@
 namespace stallwatch::chains {
 namespace {
 
-bool longer(const outlier_event& a, const outlier_event& b) {
+bool longer(const trace::OutlierRecord& a, const trace::OutlierRecord& b) {
   return a.duration_ns > b.duration_ns;
 }
 
 }  // namespace
 
-void OutlierSink::add(const outlier_event& e) {
+void OutlierSink::add(const trace::OutlierRecord& e) {
   std::lock_guard lock(mu_);
   cur_.total++;
   total_++;

@@ -9,11 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-extern "C" {
-#include <linux/types.h>
-
-#include "bpf/cuda.h"
-}
+#include "trace/records.h"
 
 namespace stallwatch::chains {
 
@@ -28,13 +24,13 @@ struct PidOutliers {
 struct OutlierWindow {
   std::uint64_t total = 0;                          // records this window
   std::unordered_map<std::uint32_t, PidOutliers> by_pid;
-  std::vector<outlier_event> worst;                 // longest first, at most `keep`
+  std::vector<trace::OutlierRecord> worst;                 // longest first, at most `keep`
 };
 
 class OutlierSink {
  public:
   explicit OutlierSink(size_t keep = 256) : keep_(keep) {}
-  void add(const outlier_event& e);
+  void add(const trace::OutlierRecord& e);
   OutlierWindow drain();
   std::uint64_t total() const;  // cumulative, all windows
 

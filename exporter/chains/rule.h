@@ -15,7 +15,7 @@
 #include "chains/chain.h"
 #include "chains/outliers.h"
 #include "chains/window.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 
 namespace stallwatch::chains {
 

@@ -11,7 +11,7 @@
 #include "chains/chain.h"
 #include "chains/baselines.h"
 #include "chains/window.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 
 namespace stallwatch::chains {
 

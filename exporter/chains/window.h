@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 
 namespace stallwatch::chains {
 

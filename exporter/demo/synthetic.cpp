@@ -84,15 +84,15 @@ void SyntheticHost::calls(int pid, const CallMix& mix) {
   const std::uint64_t over = slow ? slow : (mix.typical_ns >= 1000000 ? mix.count : 0);
   if (slowest < 1000000) return;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(over, 16); i++) {
-    outlier_event e{};
-    e.ts_ns = static_cast<__u64>(
+    trace::OutlierRecord e{};
+    e.ts_ns = static_cast<std::uint64_t>(
         std::chrono::steady_clock::now().time_since_epoch().count());
-    e.tgid = static_cast<__u32>(pid);
-    e.tid = static_cast<__u32>(pid);
+    e.tgid = static_cast<std::uint32_t>(pid);
+    e.tid = static_cast<std::uint32_t>(pid);
     e.call_id = id;
     e.duration_ns = slowest;
-    e.runnable_ns = static_cast<__u64>(static_cast<double>(slowest) * mix.runnable_share);
-    e.blocked_ns = static_cast<__u64>(static_cast<double>(slowest) * mix.blocked_share);
+    e.runnable_ns = static_cast<std::uint64_t>(static_cast<double>(slowest) * mix.runnable_share);
+    e.blocked_ns = static_cast<std::uint64_t>(static_cast<double>(slowest) * mix.blocked_share);
     e.preemptions = mix.runnable_share > 0 ? 3 : 0;
     std::strncpy(e.comm, it->second.comm.c_str(), sizeof(e.comm) - 1);
     outliers_.add(e);

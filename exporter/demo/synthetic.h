@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "chains/outliers.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 
 namespace stallwatch::demo {
 

@@ -10,9 +10,20 @@
 #include <string_view>
 #include <utility>
 
-#include "common/snapshot.h"
 
 namespace stallwatch::host {
+
+// The cgroup's pressure stall information (cgroup v2 *.pressure files), as stall time.
+struct PressureTotals {
+  bool known = false;  // false where the file is missing (no PSI, cgroup v1 only)
+  std::uint64_t cpu_some_ns = 0;
+  std::uint64_t cpu_full_ns = 0;
+  std::uint64_t memory_some_ns = 0;
+  std::uint64_t memory_full_ns = 0;
+  std::uint64_t io_some_ns = 0;
+  std::uint64_t io_full_ns = 0;
+};
+
 
 // Parses the text of a cgroup v2 *.pressure file or a /proc/pressure/* file:
 //   some avg10=0.00 avg60=0.00 avg300=0.00 total=<microseconds>

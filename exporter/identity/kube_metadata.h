@@ -30,10 +30,18 @@
 #include <vector>
 
 #include "common/result.h"
-#include "common/snapshot.h"
 #include "identity/cgroup_identity.h"
 
 namespace stallwatch::identity {
+
+// Kubernetes metadata (identity/kube_metadata.h): the API server lists behind pod names.
+struct KubeStats {
+  bool enabled = false;           // a source of pod names is configured
+  std::uint64_t pods = 0;         // pods of this node in the cache now
+  std::uint64_t lists_ok = 0;     // pod lists answered and parsed
+  std::uint64_t lists_failed = 0; // pod lists that failed (connection, HTTP status, bad JSON)
+};
+
 
 struct KubeContainer {
   std::string id;    // runtime's container id without the scheme ("containerd://" stripped)

@@ -8,19 +8,13 @@
 #include <vector>
 
 #include "chains/chain.h"
+#include "host/host_sampler.h"
 #include "chains/window.h"
 #include "identity/cgroup_identity.h"
 
 namespace stallwatch::store {
 
-// System context of the window (explain's first lines). Negative when unknown.
-struct HostContext {
-  double cpu_busy = -1;  // share of all CPUs busy, 0..1
-  double mem_used = -1;  // share of MemTotal not available, 0..1
-  double load1 = -1;
-  int cpus = 0;
-  std::int64_t swap_used_bytes = -1;
-};
+using HostContext = host::HostContext;
 
 // One outlier record of the ring buffer, with names resolved.
 struct Outlier {

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "common/result.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "store/records.h"
 
 namespace stallwatch::store {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "identity/cgroup_resolver.h"
 #include "identity/kube_metadata.h"
 

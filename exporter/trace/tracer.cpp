@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "common/log.h"
@@ -212,7 +213,20 @@ bpf_program* Tracer::nccl_exit_program() const { return skel_->progs.nccl_exit; 
 int Tracer::handle_outlier(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);
   if (size >= sizeof(outlier_event) && self->outlier_handler_) {
-    self->outlier_handler_(*static_cast<const outlier_event*>(data));
+    const auto& e = *static_cast<const outlier_event*>(data);
+    OutlierRecord r;
+    r.ts_ns = e.ts_ns;
+    r.cgroup_id = e.cgroup_id;
+    r.duration_ns = e.duration_ns;
+    r.runnable_ns = e.runnable_ns;
+    r.blocked_ns = e.blocked_ns;
+    r.tgid = e.tgid;
+    r.tid = e.tid;
+    r.call_id = e.call_id;
+    r.preemptions = e.preemptions;
+    static_assert(sizeof(r.comm) == sizeof(e.comm));
+    std::memcpy(r.comm, e.comm, sizeof(r.comm));
+    self->outlier_handler_(r);
   }
   return 0;
 }
@@ -220,17 +234,32 @@ int Tracer::handle_outlier(void* ctx, void* data, size_t size) {
 int Tracer::handle_lib_map(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);
   if (size >= sizeof(lib_map_event) && self->lib_map_handler_) {
-    self->lib_map_handler_(*static_cast<const lib_map_event*>(data));
+    self->lib_map_handler_(static_cast<int>(static_cast<const lib_map_event*>(data)->tgid));
   }
   return 0;
 }
 
 int Tracer::handle_host_event(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);
-  if (size >= sizeof(host_event) && self->host_event_handler_) {
-    self->host_event_handler_(*static_cast<const host_event*>(data));
-  }
+  if (size < sizeof(host_event) || !self->oom_kill_handler_) return 0;
+  const auto& e = *static_cast<const host_event*>(data);
+  if (e.kind != SW_HOST_OOM_KILL) return 0;
+  OomKill kill;
+  kill.pid = static_cast<int>(e.tgid);
+  kill.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+  kill.cuda = e.cuda != 0;
+  kill.at_ns = unix_ns_of_monotonic(e.ts_ns);
+  self->oom_kill_handler_(e.cgroup_id, std::move(kill));
   return 0;
+}
+
+std::int64_t unix_ns_of_monotonic(std::uint64_t mono_ns) {
+  timespec mono{}, real{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  const std::int64_t now_mono = mono.tv_sec * 1000000000LL + mono.tv_nsec;
+  const std::int64_t now_real = real.tv_sec * 1000000000LL + real.tv_nsec;
+  return now_real - (now_mono - static_cast<std::int64_t>(mono_ns));
 }
 
 Result<int> Tracer::poll(std::chrono::milliseconds timeout) {

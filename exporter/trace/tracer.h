@@ -13,14 +13,13 @@
 #include <vector>
 
 #include "common/result.h"
+#include "trace/records.h"
+#include "trace/snapshot.h"
 
 struct stallwatch_bpf;
 struct ring_buffer;
 struct bpf_program;
 struct bpf_link;
-struct outlier_event;
-struct lib_map_event;
-struct host_event;
 
 namespace stallwatch::trace {
 
@@ -30,9 +29,10 @@ struct TracerOptions {
 
 class Tracer {
  public:
-  using OutlierHandler = std::function<void(const outlier_event&)>;
-  using LibMapHandler = std::function<void(const lib_map_event&)>;
-  using HostEventHandler = std::function<void(const host_event&)>;
+  // Handlers get the ring buffer's records decoded (trace/records.h), on the polling thread.
+  using OutlierHandler = std::function<void(const OutlierRecord&)>;
+  using LibMapHandler = std::function<void(int tgid)>;  // a process mapped a traced library
+  using OomKillHandler = std::function<void(std::uint64_t cgroup_id, OomKill kill)>;
 
   // Opens, loads and attaches; the error names what failed and how to fix it.
   static Result<std::unique_ptr<Tracer>> open(const TracerOptions& options);
@@ -58,7 +58,7 @@ class Tracer {
 
   void on_outlier(OutlierHandler h) { outlier_handler_ = std::move(h); }
   void on_lib_map(LibMapHandler h) { lib_map_handler_ = std::move(h); }
-  void on_host_event(HostEventHandler h) { host_event_handler_ = std::move(h); }
+  void on_oom_kill(OomKillHandler h) { oom_kill_handler_ = std::move(h); }
   // Delivers pending ring-buffer records to the handlers; waits at most timeout.
   Result<int> poll(std::chrono::milliseconds timeout);
 
@@ -73,7 +73,7 @@ class Tracer {
   ring_buffer* rings_ = nullptr;
   OutlierHandler outlier_handler_;
   LibMapHandler lib_map_handler_;
-  HostEventHandler host_event_handler_;
+  OomKillHandler oom_kill_handler_;
   std::vector<std::string> unavailable_;
 };
 

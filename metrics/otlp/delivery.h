@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "metrics/otlp/wire.h"  // gzip_compress, parse_retry_after, rejected_in_response
 
 namespace stallwatch::otlp {

@@ -14,7 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "metrics/model.h"
 #include "metrics/otlp/delivery.h"
 #include "metrics/otlp/encoding.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "chains/chain.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "metrics/model.h"
 #include "metrics/otlp/config.h"
 #include "metrics/otlp/delivery.h"

@@ -21,9 +21,9 @@
 #include "chains/chain.h"
 #include "chains/engine.h"
 #include "chains/outliers.h"
-#include "chains/pipeline.h"
+#include "app/pipeline.h"
 #include "chains/window.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "demo/scenarios.h"
 #include "demo/synthetic.h"
 #include "metrics/http_server.h"
@@ -550,8 +550,8 @@ TEST(ChainPipeline, PublishesCountsOnTheBoardWithoutStore) {
 // ---------------------------------------------------------------------------------------------
 // OutlierSink.
 
-outlier_event event(std::uint32_t pid, std::uint64_t duration, std::uint32_t call = 1) {
-  outlier_event e{};
+trace::OutlierRecord event(std::uint32_t pid, std::uint64_t duration, std::uint32_t call = 1) {
+  trace::OutlierRecord e{};
   e.tgid = pid;
   e.tid = pid;
   e.call_id = call;

@@ -20,7 +20,7 @@
 #include "chains/chain.h"
 #include "chains/engine.h"
 #include "chains/window.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "demo/scenarios.h"
 #include "demo/synthetic.h"
 #include "trace/calls.h"

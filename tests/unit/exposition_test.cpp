@@ -2,6 +2,7 @@
 // format, checked line by line (labels appear in the order exposition.cpp gives them) and by
 // `promtool check metrics`.
 #include "metrics/exposition.h"
+#include "oracle/prometheus_oracle.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "trace/records.h"
 #include "identity/cgroup_identity.h"
 #include "metrics/http_server.h"
 #include "trace/calls.h"
@@ -211,11 +213,11 @@ TEST(ExpositionTest, DaemonFamilies) {
 }
 
 TEST(ExpositionTest, LostSourceNames) {
-  EXPECT_STREQ(lost_source_name(SW_LOST_OUTLIER_RINGBUF), "outlier_ringbuf");
-  EXPECT_STREQ(lost_source_name(SW_LOST_NESTING), "call_nesting");
-  EXPECT_STREQ(lost_source_name(SW_LOST_HOST_RINGBUF), "host_ringbuf");
-  EXPECT_STREQ(lost_source_name(SW_LOST_HOST_MAP), "host_map_full");
-  EXPECT_STREQ(lost_source_name(SW_LOST_MAX), "unknown");
+  EXPECT_STREQ(trace::lost_source_name(SW_LOST_OUTLIER_RINGBUF), "outlier_ringbuf");
+  EXPECT_STREQ(trace::lost_source_name(SW_LOST_NESTING), "call_nesting");
+  EXPECT_STREQ(trace::lost_source_name(SW_LOST_HOST_RINGBUF), "host_ringbuf");
+  EXPECT_STREQ(trace::lost_source_name(SW_LOST_HOST_MAP), "host_map_full");
+  EXPECT_STREQ(trace::lost_source_name(SW_LOST_MAX), "unknown");
 }
 
 TEST(ExpositionTest, EmptySnapshot) {

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "cli/explain.h"
-#include "demo/runner.h"
+#include "app/demo_runner.h"
 #include "demo/scenarios.h"
 #include "metrics/exposition.h"
 #include "metrics/http_server.h"

@@ -10,7 +10,7 @@
 
 #include "chains/engine.h"
 #include "chains/outliers.h"
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 #include "metrics/http_server.h"
 #include "store/records.h"
 

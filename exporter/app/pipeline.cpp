@@ -1,4 +1,4 @@
-#include "chains/pipeline.h"
+#include "app/pipeline.h"
 
 #include <chrono>
 #include <cstring>

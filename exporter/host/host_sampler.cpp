@@ -1,4 +1,4 @@
-#include "trace/host_sampler.h"
+#include "host/host_sampler.h"
 
 #include <unistd.h>
 
@@ -6,10 +6,10 @@
 #include <sstream>
 #include <string>
 
-namespace stallwatch::trace {
+namespace stallwatch::host {
 
-store::HostContext HostSampler::sample() {
-  store::HostContext h;
+HostContext HostSampler::sample() {
+  HostContext h;
   h.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   {
     std::ifstream in("/proc/stat");
@@ -61,4 +61,4 @@ store::HostContext HostSampler::sample() {
   return h;
 }
 
-}  // namespace stallwatch::trace
+}  // namespace stallwatch::host

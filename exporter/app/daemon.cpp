@@ -1,4 +1,4 @@
-#include "cli/run.h"
+#include "app/daemon.h"
 
 #include <csignal>
 #include <cstdlib>
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "chains/outliers.h"
-#include "chains/pipeline.h"
+#include "app/pipeline.h"
 #include "cli/check.h"
 #include "cli/options.h"
 #include "common/duration.h"
@@ -24,27 +24,14 @@
 #include "store/store.h"
 #include "trace/collector.h"
 #include "trace/discovery.h"
-#include "trace/host_sampler.h"
+#include "host/host_sampler.h"
 #include "trace/tracer.h"
 
 extern "C" {
-#include "bpf/cuda.h"
-#include "bpf/discovery.h"
-#include "bpf/host.h"
 }
 
 namespace stallwatch::cli {
 namespace {
-
-// Unix time of a bpf_ktime_get_ns() (CLOCK_MONOTONIC) timestamp.
-std::int64_t unix_ns_of_monotonic(std::uint64_t mono_ns) {
-  timespec mono{}, real{};
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  clock_gettime(CLOCK_REALTIME, &real);
-  const std::int64_t now_mono = mono.tv_sec * 1000000000LL + mono.tv_nsec;
-  const std::int64_t now_real = real.tv_sec * 1000000000LL + real.tv_nsec;
-  return now_real - (now_mono - static_cast<std::int64_t>(mono_ns));
-}
 
 std::atomic<bool> g_stop{false};
 
@@ -141,9 +128,8 @@ int run_main(const std::vector<std::string>& args) {
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)});
   chains::OutlierSink outliers;
-  (*tracer)->on_outlier([&](const outlier_event& e) { outliers.add(e); });
-  (*tracer)->on_lib_map(
-      [&](const lib_map_event& e) { discovery.handle_event(static_cast<int>(e.tgid)); });
+  (*tracer)->on_outlier([&](const trace::OutlierRecord& e) { outliers.add(e); });
+  (*tracer)->on_lib_map([&](int tgid) { discovery.handle_event(tgid); });
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -154,16 +140,10 @@ int run_main(const std::vector<std::string>& args) {
   if (!kube_settings->enabled) SW_LOG(kInfo) << kube_settings->why_off;
   identity::KubeMetadata kube(*kube_settings);
   trace::Collector collector(**tracer, resolver, {o.max_cgroups, &kube});
-  (*tracer)->on_host_event([&](const host_event& e) {
-    if (e.kind != SW_HOST_OOM_KILL) return;
-    OomKill kill;
-    kill.pid = static_cast<int>(e.tgid);
-    kill.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
-    kill.cuda = e.cuda != 0;
-    kill.at_ns = unix_ns_of_monotonic(e.ts_ns);
+  (*tracer)->on_oom_kill([&](std::uint64_t cgroup_id, OomKill kill) {
     SW_LOG(kInfo) << "OOM kill: " << kill.comm << " (pid " << kill.pid << ")"
                   << (kill.cuda ? ", a CUDA-issuing process" : "");
-    collector.add_oom_kill(e.cgroup_id, std::move(kill));
+    collector.add_oom_kill(cgroup_id, std::move(kill));
   });
   auto counts = [&] {
     return trace::TraceCounts{outliers.total(), discovery.traced_processes(),
@@ -175,7 +155,7 @@ int run_main(const std::vector<std::string>& args) {
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
   popts.otlp = pusher.get();
   chains::Pipeline pipeline(popts, board, db.get());
-  trace::HostSampler host;
+  host::HostSampler host;
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {
     for (const auto& c : pipeline.window(collector.collect(o.window, counts()), outliers.drain(),

@@ -10,10 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "host/pressure.h"
 #include "identity/cgroup_identity.h"
+#include "identity/kube_metadata.h"
 #include "trace/histogram.h"
 
 namespace stallwatch {
+
+using host::PressureTotals;   // host/pressure.h
+using identity::KubeStats;     // identity/kube_metadata.h
 
 // Cumulative statistics of one call in one series (a cgroup, or the overflow series).
 struct CallTotals {
@@ -81,17 +86,6 @@ struct OomKill {
   std::string comm;
   bool cuda = false;          // it was a CUDA-issuing process
   std::int64_t at_ns = 0;     // unix time
-};
-
-// The cgroup's pressure stall information (cgroup v2 *.pressure files), as stall time.
-struct PressureTotals {
-  bool known = false;  // false where the file is missing (no PSI, cgroup v1 only)
-  std::uint64_t cpu_some_ns = 0;
-  std::uint64_t cpu_full_ns = 0;
-  std::uint64_t memory_some_ns = 0;
-  std::uint64_t memory_full_ns = 0;
-  std::uint64_t io_some_ns = 0;
-  std::uint64_t io_full_ns = 0;
 };
 
 // Block requests submitted by the series' tasks, from submission to completion.
@@ -209,14 +203,6 @@ struct OtlpStats {
   std::uint64_t points_sent = 0;     // points in requests answered 2xx (minus partial rejections)
   std::uint64_t queue_requests = 0;  // now
   std::uint64_t queue_bytes = 0;     // now, uncompressed
-};
-
-// Kubernetes metadata (identity/kube_metadata.h): the API server lists behind pod names.
-struct KubeStats {
-  bool enabled = false;           // a source of pod names is configured
-  std::uint64_t pods = 0;         // pods of this node in the cache now
-  std::uint64_t lists_ok = 0;     // pod lists answered and parsed
-  std::uint64_t lists_failed = 0; // pod lists that failed (connection, HTTP status, bad JSON)
 };
 
 struct Snapshot {

@@ -1,4 +1,4 @@
-#include "common/snapshot.h"
+#include "trace/snapshot.h"
 
 #include <algorithm>
 

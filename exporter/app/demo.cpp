@@ -1,4 +1,4 @@
-#include "cli/demo.h"
+#include "app/demo.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "cli/explain.h"
 #include "common/duration.h"
 #include "common/log.h"
-#include "demo/runner.h"
+#include "app/demo_runner.h"
 #include "demo/scenarios.h"
 #include "metrics/http_server.h"
 #include "metrics/otlp/pusher.h"

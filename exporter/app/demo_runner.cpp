@@ -1,4 +1,4 @@
-#include "demo/runner.h"
+#include "app/demo_runner.h"
 
 #include <algorithm>
 #include <iomanip>
@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "chains/format.h"
-#include "chains/pipeline.h"
+#include "app/pipeline.h"
 #include "chains/window.h"
 #include "demo/scenario_kit.h"
 #include "trace/calls.h"
