@@ -1,4 +1,5 @@
-// Call classes by call id (trace/calls.h), shared by the window view and the rules.
+// Call classes by call id, as the `cls` column of trace/calls.cpp's table gives them; shared by
+// the window view and the rules.
 // Pure; thread-safe.
 #pragma once
 

@@ -32,25 +32,9 @@ CallStat stat_of(std::uint32_t id, const CallTotals& t) {
   return s;
 }
 
-bool named(std::uint32_t id, std::initializer_list<std::string_view> names) {
-  auto calls = trace::all_calls();
-  if (id >= calls.size()) return false;
-  return std::find(names.begin(), names.end(), calls[id].name) != names.end();
-}
-
-bool is_sync_call(std::uint32_t id) {
-  return named(id, {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"});
-}
-
-bool is_alloc_call(std::uint32_t id) {
-  return named(id, {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cuMemAlloc_v2"});
-}
-
-bool is_copy_call(std::uint32_t id) {
-  return named(id, {"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
-                    "cuMemcpyDtoH_v2"});
-}
+bool is_sync_call(std::uint32_t id) { return trace::call_class(id) == trace::CallClass::kSync; }
+bool is_alloc_call(std::uint32_t id) { return trace::call_class(id) == trace::CallClass::kAlloc; }
+bool is_copy_call(std::uint32_t id) { return trace::call_class(id) == trace::CallClass::kCopy; }
 
 std::string upper(std::string_view s) {
   std::string out(s);

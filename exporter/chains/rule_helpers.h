@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -33,7 +32,6 @@ struct CallStat {
 
 CallStat stat_of(std::uint32_t id, const CallTotals& t);
 std::string_view call_name(std::uint32_t id);  // "" for an unknown id
-bool named(std::uint32_t id, std::initializer_list<std::string_view> names);
 
 inline double share(double part, double whole) { return whole > 0 ? part / whole : 0; }
 inline double secs(std::uint64_t ns) { return static_cast<double>(ns) / 1e9; }

@@ -5,31 +5,32 @@
 namespace stallwatch::trace {
 namespace {
 
+// Name, api, NCCL argument positions, and the class the chain rules read (calls.h).
 constexpr std::array kCalls = {
-    CallInfo{"cudaMalloc", Api::kRuntime},
+    CallInfo{"cudaMalloc", Api::kRuntime, {}, CallClass::kAlloc},
     CallInfo{"cudaFree", Api::kRuntime},
-    CallInfo{"cudaMallocManaged", Api::kRuntime},
-    CallInfo{"cudaMallocAsync", Api::kRuntime},
+    CallInfo{"cudaMallocManaged", Api::kRuntime, {}, CallClass::kAlloc},
+    CallInfo{"cudaMallocAsync", Api::kRuntime, {}, CallClass::kAlloc},
     CallInfo{"cudaFreeAsync", Api::kRuntime},
     CallInfo{"cudaLaunchKernel", Api::kRuntime},
-    CallInfo{"cudaMemcpy", Api::kRuntime},
-    CallInfo{"cudaMemcpyAsync", Api::kRuntime},
+    CallInfo{"cudaMemcpy", Api::kRuntime, {}, CallClass::kCopy},
+    CallInfo{"cudaMemcpyAsync", Api::kRuntime, {}, CallClass::kCopy},
     CallInfo{"cudaMemset", Api::kRuntime},
-    CallInfo{"cudaStreamSynchronize", Api::kRuntime},
-    CallInfo{"cudaDeviceSynchronize", Api::kRuntime},
-    CallInfo{"cudaEventSynchronize", Api::kRuntime},
+    CallInfo{"cudaStreamSynchronize", Api::kRuntime, {}, CallClass::kSync},
+    CallInfo{"cudaDeviceSynchronize", Api::kRuntime, {}, CallClass::kSync},
+    CallInfo{"cudaEventSynchronize", Api::kRuntime, {}, CallClass::kSync},
     CallInfo{"cudaGraphLaunch", Api::kRuntime},
     CallInfo{"cuLaunchKernel", Api::kDriver},
     CallInfo{"cuLaunchKernelEx", Api::kDriver},
-    CallInfo{"cuMemAlloc_v2", Api::kDriver},
+    CallInfo{"cuMemAlloc_v2", Api::kDriver, {}, CallClass::kAlloc},
     CallInfo{"cuMemFree_v2", Api::kDriver},
-    CallInfo{"cuMemcpy", Api::kDriver},
-    CallInfo{"cuMemcpyAsync", Api::kDriver},
-    CallInfo{"cuMemcpyHtoD_v2", Api::kDriver},
-    CallInfo{"cuMemcpyDtoH_v2", Api::kDriver},
-    CallInfo{"cuCtxSynchronize", Api::kDriver},
-    CallInfo{"cuStreamSynchronize", Api::kDriver},
-    CallInfo{"cuEventSynchronize", Api::kDriver},
+    CallInfo{"cuMemcpy", Api::kDriver, {}, CallClass::kCopy},
+    CallInfo{"cuMemcpyAsync", Api::kDriver, {}, CallClass::kCopy},
+    CallInfo{"cuMemcpyHtoD_v2", Api::kDriver, {}, CallClass::kCopy},
+    CallInfo{"cuMemcpyDtoH_v2", Api::kDriver, {}, CallClass::kCopy},
+    CallInfo{"cuCtxSynchronize", Api::kDriver, {}, CallClass::kSync},
+    CallInfo{"cuStreamSynchronize", Api::kDriver, {}, CallClass::kSync},
+    CallInfo{"cuEventSynchronize", Api::kDriver, {}, CallClass::kSync},
     CallInfo{"cuGraphLaunch", Api::kDriver},
     // NCCL (nccl.h of NCCL 2.2x): argument positions of the x86-64 calling convention. The
     // 128-byte ncclUniqueId of the InitRank calls goes on the stack, so `rank` stays third.
@@ -85,6 +86,10 @@ std::optional<Api> api_of_library(std::string_view file) {
 }
 
 std::span<const CallInfo> all_calls() { return kCalls; }
+
+CallClass call_class(std::uint32_t call_id) {
+  return call_id < kCalls.size() ? kCalls[call_id].cls : CallClass::kOther;
+}
 
 std::uint64_t cookie_of(std::uint32_t call_id) {
   std::uint64_t cookie = call_id;

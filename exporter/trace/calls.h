@@ -37,10 +37,15 @@ struct NcclArgs {
   std::uint8_t comm_arg = 0;
 };
 
+// What the chain rules treat a call as (chains/call_classes.h): a synchronisation waits for the
+// GPU, an allocation may grow the allocator's pool, a copy moves data between host and device.
+enum class CallClass : std::uint8_t { kOther, kSync, kAlloc, kCopy };
+
 struct CallInfo {
   std::string_view name;  // the `call` label: the base symbol name
   Api api;
   NcclArgs nccl{};
+  CallClass cls = CallClass::kOther;
 };
 
 // bpf_cookie of a call's probes: the call id in bits 0-31, then (NCCL only) count, dtype and
@@ -50,6 +55,7 @@ std::uint64_t cookie_of(std::uint32_t call_id);
 bool is_nccl_op(std::uint32_t call_id);
 
 std::span<const CallInfo> all_calls();
+CallClass call_class(std::uint32_t call_id);  // kOther for an unknown id
 std::string_view api_name(Api api);  // the `api` label: runtime, driver, nccl
 
 // Call id for an exported symbol of a library of the given api: the symbol itself or a
