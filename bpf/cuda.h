@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Records of the CUDA call probes (cuda.bpf.c), read by exporter/trace/collector.cpp. */
+/* Records of the CUDA call probes (cuda.bpf.c), read by exporter/trace/cuda_source.cpp. */
 #ifndef STALLWATCH_CUDA_H
 #define STALLWATCH_CUDA_H
 

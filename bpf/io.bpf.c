@@ -13,7 +13,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-#include "host.h"
+#include "io.h"
 #include "maps.bpf.h"
 
 #define SW_REQ_OP_MASK 0xff

@@ -15,7 +15,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "calls.bpf.h"
-#include "host.h"
+#include "nccl.h"
 
 /* Kinds of exporter/trace/calls.h NcclKind. */
 #define SW_NCCL_NONE 0

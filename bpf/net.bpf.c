@@ -10,7 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
-#include "host.h"
+#include "net.h"
 #include "maps.bpf.h"
 
 #define SW_AF_INET6 10

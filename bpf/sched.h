@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
-/* Per-thread call state and off-CPU records of sched.bpf.c, read by exporter/trace/collector.cpp. */
+/* Per-thread call state and off-CPU records of sched.bpf.c, read by exporter/trace/sched_source.cpp. */
 #ifndef STALLWATCH_SCHED_H
 #define STALLWATCH_SCHED_H
 

@@ -23,6 +23,7 @@
 #include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/collector.h"
+#include "trace/sources.h"
 #include "trace/discovery.h"
 #include "host/host_sampler.h"
 #include "trace/tracer.h"
@@ -123,10 +124,12 @@ int run_main(const std::vector<std::string>& args) {
   programs.exit = (*tracer)->call_exit_program();
   programs.nccl_enter = (*tracer)->nccl_enter_program();
   programs.nccl_exit = (*tracer)->nccl_exit_program();
+  const host::Procfs fs;
   trace::Discovery discovery(
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
-       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)});
+       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)},
+      fs);
   chains::OutlierSink outliers;
   (*tracer)->on_outlier([&](const trace::OutlierRecord& e) { outliers.add(e); });
   (*tracer)->on_lib_map([&](int tgid) { discovery.handle_event(tgid); });
@@ -139,12 +142,8 @@ int run_main(const std::vector<std::string>& args) {
   otlp::HttpClient::global_init();  // before any thread uses curl
   if (!kube_settings->enabled) SW_LOG(kInfo) << kube_settings->why_off;
   identity::KubeMetadata kube(*kube_settings);
-  trace::Collector collector(**tracer, resolver, {o.max_cgroups, &kube});
-  (*tracer)->on_oom_kill([&](std::uint64_t cgroup_id, OomKill kill) {
-    SW_LOG(kInfo) << "OOM kill: " << kill.comm << " (pid " << kill.pid << ")"
-                  << (kill.cuda ? ", a CUDA-issuing process" : "");
-    collector.add_oom_kill(cgroup_id, std::move(kill));
-  });
+  trace::Collector collector(trace::default_sources({**tracer, fs, resolver}), resolver, fs,
+                             {o.max_cgroups, &kube});
   auto counts = [&] {
     return trace::TraceCounts{outliers.total(), discovery.traced_processes(),
                               discovery.attached_libraries(), discovery.attached_probes()};
@@ -155,7 +154,7 @@ int run_main(const std::vector<std::string>& args) {
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
   popts.otlp = pusher.get();
   chains::Pipeline pipeline(popts, board, db.get());
-  host::HostSampler host;
+  host::HostSampler host(fs);
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {
     for (const auto& c : pipeline.window(collector.collect(o.window, counts()), outliers.drain(),

@@ -50,6 +50,7 @@ Pipeline::Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store
 std::vector<Chain> Pipeline::window(std::shared_ptr<Snapshot> snap, const OutlierWindow& outliers,
                                     const store::HostContext& host) {
   WindowView view = diff_windows(previous_.get(), *snap);
+  set_window_ratios(*snap, view);
   std::vector<Chain> changed = engine_.observe(*snap, view, outliers);
   snap->chains = engine_.counts();
   if (store_) {

@@ -11,40 +11,6 @@
 namespace stallwatch::chains {
 namespace {
 
-std::uint64_t sub(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : now; }
-
-// The histogram part shared by CallTotals, IoTotals and NcclTotals; `before` is not null and
-// counted no more than `now`.
-template <typename T>
-void histogram_delta(T& d, const T& now, const T& before) {
-  d.count = now.count - before.count;
-  d.sum_ns = sub(now.sum_ns, before.sum_ns);
-  for (size_t k = 0; k < d.buckets.size(); k++) {
-    d.buckets[k] = sub(now.buckets[k], before.buckets[k]);
-  }
-  // The window's worst: exact when it set a new maximum, else the top bucket's bound.
-  if (now.max_ns > before.max_ns) {
-    d.max_ns = now.max_ns;
-    return;
-  }
-  for (size_t k = d.buckets.size(); k-- > 0;) {
-    if (d.buckets[k] == 0) continue;
-    const auto bound = static_cast<std::uint64_t>(
-        trace::bucket_upper_seconds(static_cast<unsigned>(k)) * 1e9);
-    d.max_ns = std::min<std::uint64_t>(now.max_ns, bound);
-    break;
-  }
-}
-
-template <typename T>
-T bytes_delta(const T& now, const T* before) {
-  if (!before || now.count < before->count) return now;
-  T d;
-  histogram_delta(d, now, *before);
-  d.bytes = sub(now.bytes, before->bytes);
-  return d;
-}
-
 const Series* find_series(const Snapshot* snap, const std::string& label) {
   if (!snap) return nullptr;
   auto it = snap->series.find(label);
@@ -56,10 +22,28 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
                            const std::map<int, ProcessWindow>& procs) {
   SeriesWindow w;
   w.cgroup = label;
-  w.starvation_ratio = s.starvation_ratio;
+  // Off-CPU ratios of the CUDA-issuing threads. Starvation is their blocked time less the
+  // blocked time inside calls, which can exceed it within one window (the two are counted at
+  // different moments): then none of it is outside.
+  const OffcpuTotals off = delta(s.offcpu, before ? &before->offcpu : nullptr);
+  std::uint64_t in_calls = 0, in_calls_before = 0;
+  for (const auto& [call, t] : s.calls) in_calls += t.blocked_ns;
+  if (before) {
+    for (const auto& [call, t] : before->calls) in_calls_before += t.blocked_ns;
+  }
+  const std::uint64_t blocked_in_calls = counter_delta(in_calls, in_calls_before);
+  const std::uint64_t outside =
+      off.blocked_ns > blocked_in_calls ? off.blocked_ns - blocked_in_calls : 0;
+  const std::uint64_t wall = off.runnable_ns + off.blocked_ns + off.oncpu_ns;
+  if (wall > 0) {
+    const auto whole = static_cast<double>(wall);
+    w.runnable_ratio = static_cast<double>(off.runnable_ns) / whole;
+    w.blocked_ratio = static_cast<double>(off.blocked_ns) / whole;
+    w.starvation_ratio = static_cast<double>(outside) / whole;
+  }
   w.reclaim = delta(s.reclaim, before ? &before->reclaim : nullptr);
-  w.oom_kills = before ? sub(s.oom_kills, before->oom_kills) : s.oom_kills;
-  w.oom_kills_cuda = before ? sub(s.oom_kills_cuda, before->oom_kills_cuda) : s.oom_kills_cuda;
+  w.oom_kills = before ? counter_delta(s.oom_kills, before->oom_kills) : s.oom_kills;
+  w.oom_kills_cuda = before ? counter_delta(s.oom_kills_cuda, before->oom_kills_cuda) : s.oom_kills_cuda;
   std::set<std::tuple<int, std::int64_t>> known_victims;
   if (before) {
     for (const auto& v : before->oom_victims) known_victims.insert({v.pid, v.at_ns});
@@ -91,9 +75,9 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
     w.io_processes.push_back(ProcessIo{p.pid, p.comm, p.key, d});
   }
   w.retransmits_ipv4 =
-      before ? sub(s.tcp_retransmits_ipv4, before->tcp_retransmits_ipv4) : s.tcp_retransmits_ipv4;
+      before ? counter_delta(s.tcp_retransmits_ipv4, before->tcp_retransmits_ipv4) : s.tcp_retransmits_ipv4;
   w.retransmits_ipv6 =
-      before ? sub(s.tcp_retransmits_ipv6, before->tcp_retransmits_ipv6) : s.tcp_retransmits_ipv6;
+      before ? counter_delta(s.tcp_retransmits_ipv6, before->tcp_retransmits_ipv6) : s.tcp_retransmits_ipv6;
   for (const auto& [key, t] : s.nccl) {
     const NcclTotals* old = nullptr;
     if (before) {
@@ -125,52 +109,14 @@ IoTotals SeriesWindow::io_total() const {
   return all;
 }
 
-CallTotals delta(const CallTotals& now, const CallTotals* before) {
-  if (!before || now.count < before->count) return now;
-  CallTotals d;
-  histogram_delta(d, now, *before);
-  d.runnable_ns = sub(now.runnable_ns, before->runnable_ns);
-  d.blocked_ns = sub(now.blocked_ns, before->blocked_ns);
-  return d;
-}
-
-IoTotals delta(const IoTotals& now, const IoTotals* before) { return bytes_delta(now, before); }
-
-NcclTotals delta(const NcclTotals& now, const NcclTotals* before) {
-  return bytes_delta(now, before);
-}
-
-OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before) {
-  if (!before) return now;
-  return OffcpuTotals{sub(now.runnable_ns, before->runnable_ns),
-                      sub(now.blocked_ns, before->blocked_ns), sub(now.oncpu_ns, before->oncpu_ns),
-                      sub(now.preemptions, before->preemptions)};
-}
-
-ReclaimTotals delta(const ReclaimTotals& now, const ReclaimTotals* before) {
-  if (!before) return now;
-  ReclaimTotals d;
-  d.direct_ns = sub(now.direct_ns, before->direct_ns);
-  d.direct_count = sub(now.direct_count, before->direct_count);
-  d.memcg_ns = sub(now.memcg_ns, before->memcg_ns);
-  d.memcg_count = sub(now.memcg_count, before->memcg_count);
-  d.cuda_ns = sub(now.cuda_ns, before->cuda_ns);
-  return d;
-}
-
-PressureTotals delta(const PressureTotals& now, const PressureTotals* before) {
-  if (!before) return now;
-  // Totals cover the cgroup's whole life: a window needs a value before it as well.
-  if (!now.known || !before->known) return PressureTotals{};
-  PressureTotals d;
-  d.known = true;
-  d.cpu_some_ns = sub(now.cpu_some_ns, before->cpu_some_ns);
-  d.cpu_full_ns = sub(now.cpu_full_ns, before->cpu_full_ns);
-  d.memory_some_ns = sub(now.memory_some_ns, before->memory_some_ns);
-  d.memory_full_ns = sub(now.memory_full_ns, before->memory_full_ns);
-  d.io_some_ns = sub(now.io_some_ns, before->io_some_ns);
-  d.io_full_ns = sub(now.io_full_ns, before->io_full_ns);
-  return d;
+void set_window_ratios(Snapshot& snap, const WindowView& view) {
+  for (auto& [label, s] : snap.series) {
+    auto it = view.series.find(label);
+    if (it == view.series.end()) continue;
+    s.runnable_ratio = it->second.runnable_ratio;
+    s.blocked_ratio = it->second.blocked_ratio;
+    s.starvation_ratio = it->second.starvation_ratio;
+  }
 }
 
 WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
@@ -234,7 +180,7 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       Preemptor d = pre;
       if (it != old_pre.end() && pre.runnable_ns >= it->second->runnable_ns) {
         d.runnable_ns -= it->second->runnable_ns;
-        d.count = sub(pre.count, it->second->count);
+        d.count = counter_delta(pre.count, it->second->count);
       }
       if (d.runnable_ns == 0) continue;
       auto pit = procs.find(pre.victim_pid);

@@ -30,7 +30,11 @@ struct ProcessWindow {
 // The host-side evidence of one series (a cgroup) in the window.
 struct SeriesWindow {
   std::string cgroup;
-  double starvation_ratio = 0;             // the snapshot's: already a last-window share
+  // Shares of the CUDA-issuing threads' wall time in the window: runnable, blocked, and blocked
+  // outside any CUDA call (the GPU starving between steps). 0 without thread time.
+  double runnable_ratio = 0;
+  double blocked_ratio = 0;
+  double starvation_ratio = 0;
   ReclaimTotals reclaim;                   // this window's delta
   std::uint64_t oom_kills = 0;             // this window's delta, all processes
   std::uint64_t oom_kills_cuda = 0;        // of which CUDA-issuing
@@ -58,12 +62,13 @@ struct WindowView {
 // except pressure, which is unknown until two snapshots had it).
 WindowView diff_windows(const Snapshot* previous, const Snapshot& current);
 
-// Subtraction of cumulative totals that never underflows (a reset counts from zero).
-CallTotals delta(const CallTotals& now, const CallTotals* before);
-OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before);
-IoTotals delta(const IoTotals& now, const IoTotals* before);
-NcclTotals delta(const NcclTotals& now, const NcclTotals* before);
-ReclaimTotals delta(const ReclaimTotals& now, const ReclaimTotals* before);
-PressureTotals delta(const PressureTotals& now, const PressureTotals* before);
+// The totals' window arithmetic (trace/snapshot.h), also under this namespace.
+using ::stallwatch::counter_delta;
+using ::stallwatch::delta;
+
+// Copies each series' window ratios (runnable, blocked, starvation) from `view` into `snap`,
+// the gauges /metrics and OTLP export: the window step computes them, once, for `run` and
+// `demo` alike.
+void set_window_ratios(Snapshot& snap, const WindowView& view);
 
 }  // namespace stallwatch::chains

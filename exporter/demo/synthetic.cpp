@@ -37,7 +37,6 @@ std::uint64_t slow_count(std::uint64_t count, std::uint64_t tail_ns, double tail
   return std::min(slow, count);
 }
 
-std::uint64_t sub(std::uint64_t now, std::uint64_t before) { return now >= before ? now - before : 0; }
 
 }  // namespace
 
@@ -237,23 +236,6 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
     std::sort(s.preemptors.begin(), s.preemptors.end(),
               [](const Preemptor& a, const Preemptor& b) { return a.runnable_ns > b.runnable_ns; });
     if (s.preemptors.size() > 10) s.preemptors.resize(10);
-    // Window ratios from the cumulative counters, as the collector computes them.
-    Cgroup& cg = cgroups_[label];
-    const double r = static_cast<double>(sub(s.offcpu.runnable_ns, cg.previous_offcpu.runnable_ns));
-    const double b = static_cast<double>(sub(s.offcpu.blocked_ns, cg.previous_offcpu.blocked_ns));
-    const double on = static_cast<double>(sub(s.offcpu.oncpu_ns, cg.previous_offcpu.oncpu_ns));
-    std::uint64_t in_calls = 0;  // blocked inside calls, cumulative
-    for (const auto& [id, t] : s.calls) in_calls += t.blocked_ns;
-    const std::uint64_t blocked_in_calls = sub(in_calls, cg.previous_blocked_in_calls_ns);
-    const double outside = static_cast<double>(
-        sub(sub(s.offcpu.blocked_ns, cg.previous_offcpu.blocked_ns), blocked_in_calls));
-    if (r + b + on > 0) {
-      s.runnable_ratio = r / (r + b + on);
-      s.blocked_ratio = b / (r + b + on);
-      s.starvation_ratio = outside / (r + b + on);
-    }
-    cg.previous_offcpu = s.offcpu;
-    cg.previous_blocked_in_calls_ns = in_calls;
   }
   std::uint64_t processes = 0;
   for (const auto& [label, s] : snap->series) processes += s.process_info.size();

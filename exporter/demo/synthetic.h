@@ -79,9 +79,8 @@ class SyntheticHost {
   void pressure(const std::string& cgroup, const PressureTotals& add);
   void retransmits(const std::string& cgroup, std::uint64_t ipv4, std::uint64_t ipv6);
 
-  // The cumulative snapshot at `taken`, covering the window just ended. The window ratios
-  // (runnable, blocked, starvation) come from the counters as the collector computes them:
-  // starvation is the threads' blocked time (offcpu()) less the blocked time inside calls.
+  // The cumulative snapshot at `taken`, covering the window just ended. As the collector's, it
+  // carries no window ratios: the window step (chains/window.h) computes them.
   std::shared_ptr<Snapshot> snapshot(std::chrono::system_clock::time_point taken,
                                      std::chrono::nanoseconds window);
   // Outlier records of the slow calls since the last drain (as the ring buffer would send).
@@ -115,9 +114,6 @@ class SyntheticHost {
     PressureTotals pressure;
     std::uint64_t retransmits_ipv4 = 0;
     std::uint64_t retransmits_ipv6 = 0;
-    // For the window ratios.
-    OffcpuTotals previous_offcpu;
-    std::uint64_t previous_blocked_in_calls_ns = 0;
   };
   std::map<int, Proc> procs_;
   std::map<int, IoProc> io_procs_;

@@ -12,7 +12,7 @@ HostContext HostSampler::sample() {
   HostContext h;
   h.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   {
-    std::ifstream in("/proc/stat");
+    std::istringstream in(Procfs::read_bounded(fs_.proc_root() + "/stat", 1 << 20));
     std::string cpu;
     std::uint64_t v[8] = {};
     if (in >> cpu && cpu == "cpu") {
@@ -30,7 +30,7 @@ HostContext HostSampler::sample() {
     }
   }
   {
-    std::ifstream in("/proc/meminfo");
+    std::istringstream in(Procfs::read_bounded(fs_.proc_root() + "/meminfo", 1 << 16));
     std::string key;
     std::uint64_t value = 0, mem_total = 0, mem_avail = 0, swap_total = 0, swap_free = 0;
     std::string unit;
@@ -54,7 +54,7 @@ HostContext HostSampler::sample() {
     if (have_swap) h.swap_used_bytes = static_cast<std::int64_t>((swap_total - swap_free) * 1024);
   }
   {
-    std::ifstream in("/proc/loadavg");
+    std::istringstream in(Procfs::read_bounded(fs_.proc_root() + "/loadavg", 256));
     double load = 0;
     if (in >> load) h.load1 = load;
   }

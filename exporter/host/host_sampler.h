@@ -1,8 +1,11 @@
 // System context for explain: CPU busy share since the previous sample, memory and swap use,
-// load average, CPU count, from /proc. Not thread-safe (keeps the previous CPU counters).
+// load average, CPU count, from procfs (host/procfs.h). Not thread-safe (keeps the previous
+// CPU counters).
 #pragma once
 
 #include <cstdint>
+
+#include "host/procfs.h"
 
 namespace stallwatch::host {
 
@@ -17,9 +20,11 @@ struct HostContext {
 
 class HostSampler {
  public:
+  explicit HostSampler(const Procfs& fs) : fs_(fs) {}
   HostContext sample();
 
  private:
+  const Procfs& fs_;
   std::uint64_t busy_ = 0;
   std::uint64_t total_ = 0;
 };

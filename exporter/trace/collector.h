@@ -1,29 +1,31 @@
-// Reads the BPF maps once per window and builds the next Snapshot: per-series cumulative call
-// histograms and off-CPU totals, window off-CPU ratios, top preemptors, lost counts.
-//
-// Map entries are keyed per process. Entries of exited processes are read one last time,
-// folded into their cgroup's retired totals and deleted, so maps stay bounded and exported
-// counters never go backwards. At most max_cgroups cgroups get a series of their own (first
-// come, kept while the cgroup exists); later ones fold into the `_overflow` series.
+// Builds the next Snapshot once per window from the evidence sources (source.h, listed in
+// sources.h): each reads its kernel maps into the series' cumulative totals. What is generic
+// lives here, once:
+// - which series a cgroup feeds: its cgroup path, or `_overflow` for cgroups past max_cgroups
+//   (first come, kept while the cgroup exists);
+// - retirement: map entries of exited processes are read one last time into their cgroup's
+//   retired totals (SeriesTotals) and deleted, so maps stay bounded and exported counters never
+//   go backwards; a vanished cgroup's retired totals pass to another cgroup of the same label,
+//   else its series disappears;
+// - the names and start times of live processes (host/procfs.h), and each series' identity.
+// Window ratios are not computed here: the window step (chains/window.h) owns them.
 // Not thread-safe: one collector thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
-#include "trace/snapshot.h"
+#include "host/procfs.h"
 #include "identity/cgroup_resolver.h"
 #include "identity/kube_metadata.h"
+#include "trace/snapshot.h"
+#include "trace/source.h"
 
 namespace stallwatch::trace {
-
-class Tracer;
 
 struct CollectorOptions {
   size_t max_cgroups = 256;
@@ -37,65 +39,34 @@ struct TraceCounts {
   std::uint64_t attached_probes = 0;
 };
 
-class Collector {
+class Collector : private SourceContext {
  public:
-  Collector(const Tracer& tracer, identity::CgroupResolver& resolver, CollectorOptions options);
+  Collector(std::vector<std::unique_ptr<Source>> sources, identity::CgroupResolver& resolver,
+            const host::Procfs& fs, CollectorOptions options);
 
   // The caller may fill the chain and store fields before publishing it as const.
   std::shared_ptr<Snapshot> collect(std::chrono::nanoseconds window, const TraceCounts& counts);
 
-  // An OOM kill reported by the kernel (host.bpf.c); thread-safe, taken by the next collect().
-  void add_oom_kill(std::uint64_t cgroup_id, OomKill kill);
-
  private:
-  struct CgroupState {
-    std::string label;
-    std::map<std::uint32_t, CallTotals> retired_calls;
-    OffcpuTotals retired_offcpu;
-    std::map<int, Preemptor> retired_preemptors;  // of exited processes, by preemptor pid
-    bool live = false;  // had map entries in this pass
-    // Host evidence (collector_host.cpp): retired = of exited processes or a vanished cgroup
-    // that shared this label; the per-cgroup maps are read whole each window.
-    std::map<IoKey, IoTotals> retired_io;
-    std::map<NcclKey, NcclTotals> retired_nccl;
-    ReclaimTotals retired_reclaim;
-    std::uint64_t retired_retransmits_ipv4 = 0;
-    std::uint64_t retired_retransmits_ipv6 = 0;
-    std::uint64_t oom_kills = 0;
-    std::uint64_t oom_kills_cuda = 0;
-    std::deque<OomKill> oom_victims;
-  };
+  // SourceContext
+  CgroupSlot& cgroup(std::uint64_t cgroup_id) override;
+  std::string cgroup_path(std::uint64_t cgroup_id) override;
+  bool alive(int pid) override;
+  ProcessInfo& process(Series& s, int pid) override;
+  bool known_process(int pid) override { return procs_.count(pid) > 0; }
+  std::string comm(int pid) override;
 
-  CgroupState& state_of(std::uint64_t cgroup_id);
-  std::string cgroup_path(std::uint64_t cgroup_id);
-  bool alive(int pid);
-  ProcessInfo& process_info(Series& s, int pid);
-  void read_calls(std::map<std::string, Series>& out);
-  void read_offcpu(std::map<std::string, Series>& out);
-  void read_preemptors(std::map<std::string, Series>& out);
   void drop_vanished_cgroups();
-  // collector_host.cpp
-  void read_host(std::map<std::string, Series>& out);
-  void read_reclaim(std::map<std::string, Series>& out);
-  void read_io(std::map<std::string, Series>& out);
-  void read_retransmits(std::map<std::string, Series>& out);
-  void read_nccl(std::map<std::string, Series>& out);
-  void take_oom_kills();
-  void retire_cgroup_maps(std::uint64_t cgroup_id, CgroupState& into);
-  void finish_host(std::map<std::string, Series>& out);
-  const std::string& device_name(std::uint32_t major, std::uint32_t minor);
 
-  const Tracer& tracer_;
+  std::vector<std::unique_ptr<Source>> sources_;
   identity::CgroupResolver& resolver_;
+  const host::Procfs& fs_;
   CollectorOptions options_;
-  std::map<std::uint64_t, CgroupState> cgroups_;
-  std::map<std::string, size_t> label_users_;  // label → cgroup states using it
+  std::map<std::uint64_t, CgroupSlot> cgroups_;
+  std::map<std::string, size_t> label_users_;  // label → cgroup slots using it
   std::map<int, bool> alive_cache_;            // per pass
   std::map<int, ProcessInfo> procs_;           // comm and start time of live pids
-  std::shared_ptr<const Snapshot> previous_;
-  std::map<std::uint64_t, std::string> devices_;  // (major << 32 | minor) → kernel name
-  std::mutex oom_mu_;
-  std::vector<std::pair<std::uint64_t, OomKill>> pending_ooms_;  // guarded by oom_mu_
+  std::uint64_t sequence_ = 0;
 };
 
 }  // namespace stallwatch::trace

@@ -23,11 +23,6 @@ struct FileHandle {
   std::string proc_path() const { return "/proc/self/fd/" + std::to_string(fd); }
 };
 
-bool process_alive(int pid) {
-  struct stat st {};
-  return ::stat(("/proc/" + std::to_string(pid)).c_str(), &st) == 0;
-}
-
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
@@ -67,16 +62,16 @@ void Reaper::dispose(std::unique_ptr<LibraryProbes> probes) {
   cv_.notify_one();
 }
 
-Discovery::Discovery(CallPrograms programs, DiscoveryOptions options)
-    : programs_(programs), options_(options) {}
+Discovery::Discovery(CallPrograms programs, DiscoveryOptions options, const host::Procfs& fs)
+    : programs_(programs), options_(options), fs_(fs) {}
 
 bool Discovery::scan_process(int pid) {
-  auto mapped = cuda_libraries_of(pid);
+  auto mapped = cuda_libraries_of(fs_, pid);
   std::set<FileKey> now;
   for (const auto& lib : mapped) {
     // Hold the file open and attach through /proc/self/fd: the process may exit meanwhile
     // (its /proc/PID/root path vanishes), the file stays reachable.
-    FileHandle file(host_path(pid, lib.path));
+    FileHandle file(host_path(fs_, pid, lib.path));
     struct stat st {};
     if (file.fd < 0 || ::fstat(file.fd, &st) != 0) continue;  // exited, or the file went away
     std::string path = file.proc_path();
@@ -131,7 +126,7 @@ void Discovery::forget_process(int pid) {
 
 size_t Discovery::scan_all() {
   std::set<int> alive;
-  for (int pid : list_pids()) {
+  for (int pid : list_pids(fs_)) {
     alive.insert(pid);
     scan_process(pid);
   }
@@ -173,7 +168,7 @@ void Discovery::tick() {
   }
   std::vector<int> gone;
   for (const auto& [pid, keys] : processes_) {
-    if (!process_alive(pid)) gone.push_back(pid);
+    if (!fs_.pid_exists(pid)) gone.push_back(pid);
   }
   for (int pid : gone) forget_process(pid);
   for (auto it = libraries_.begin(); it != libraries_.end();) {

@@ -53,7 +53,8 @@ class Reaper {
 
 class Discovery {
  public:
-  Discovery(CallPrograms programs, DiscoveryOptions options);
+  // `fs` (the host's procfs) must outlive the discovery.
+  Discovery(CallPrograms programs, DiscoveryOptions options, const host::Procfs& fs);
 
   // Scans every process; returns the number of processes mapping a traced library.
   size_t scan_all();
@@ -90,6 +91,7 @@ class Discovery {
 
   CallPrograms programs_;
   DiscoveryOptions options_;
+  const host::Procfs& fs_;
   std::map<FileKey, Library> libraries_;
   std::map<FileKey, std::string> failed_;  // attach failed; not retried for the same file
   std::map<int, std::set<FileKey>> processes_;

@@ -68,17 +68,13 @@ std::vector<MappedLibrary> cuda_libraries_in_maps(std::string_view maps_text) {
   return libs;
 }
 
-std::vector<MappedLibrary> cuda_libraries_of(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  if (!in) return {};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return cuda_libraries_in_maps(ss.str());
+std::vector<MappedLibrary> cuda_libraries_of(const host::Procfs& fs, int pid) {
+  return cuda_libraries_in_maps(host::Procfs::read_bounded(fs.pid_path(pid, "maps"), kMaxMapsBytes));
 }
 
-std::vector<int> list_pids() {
+std::vector<int> list_pids(const host::Procfs& fs) {
   std::vector<int> pids;
-  DIR* d = opendir("/proc");
+  DIR* d = opendir(fs.proc_root().c_str());
   if (!d) return pids;
   while (dirent* e = readdir(d)) {
     int pid = 0;
@@ -90,8 +86,8 @@ std::vector<int> list_pids() {
   return pids;
 }
 
-std::string host_path(int pid, const std::string& path) {
-  return "/proc/" + std::to_string(pid) + "/root" + path;
+std::string host_path(const host::Procfs& fs, int pid, const std::string& path) {
+  return fs.pid_path(pid, "root") + path;
 }
 
 }  // namespace stallwatch::trace

@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "host/procfs.h"
+
 #include "trace/calls.h"
 
 namespace stallwatch::trace {
@@ -43,14 +45,16 @@ struct MappedLibrary {
 // CUDA libraries in a maps text, one per file (deduplicated by path).
 std::vector<MappedLibrary> cuda_libraries_in_maps(std::string_view maps_text);
 
-// Same, read from /proc/PID/maps; empty when the process is gone or unreadable.
-std::vector<MappedLibrary> cuda_libraries_of(int pid);
+// Same, read from PROC/PID/maps (at most kMaxMapsBytes); empty when the process is gone or
+// unreadable.
+inline constexpr size_t kMaxMapsBytes = 64u << 20;
+std::vector<MappedLibrary> cuda_libraries_of(const host::Procfs& fs, int pid);
 
-// Numeric entries of /proc that are processes (tgids).
-std::vector<int> list_pids();
+// Numeric entries of PROC that are processes (tgids).
+std::vector<int> list_pids(const host::Procfs& fs);
 
-// The file a process maps, opened from the host: /proc/PID/root + path, so libraries inside
+// The file a process maps, opened from the host: PROC/PID/root + path, so libraries inside
 // containers resolve through the container's mount namespace.
-std::string host_path(int pid, const std::string& path);
+std::string host_path(const host::Procfs& fs, int pid, const std::string& path);
 
 }  // namespace stallwatch::trace

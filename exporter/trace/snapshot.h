@@ -137,32 +137,58 @@ struct ProcessNccl {
   NcclTotals totals;
 };
 
-// Everything about one exported series of workloads (one cgroup, or the overflow fold).
-struct Series {
-  identity::Identity identity;        // identity.cgroup is the `cgroup` label
+// The cumulative, mergeable part of a series: what the evidence sources read from the kernel's
+// maps, and what outlives a process (its retired map entries) or a vanished cgroup that shared
+// the series' label. add() merges all of it; the collector retires through it, once.
+struct SeriesTotals {
   std::map<std::uint32_t, CallTotals> calls;  // by call id (trace/calls.h)
   OffcpuTotals offcpu;
-  double runnable_ratio = 0;  // share of the CUDA-issuing threads' time spent runnable, last window
-  double blocked_ratio = 0;
-  std::vector<ProcessCall> processes;
-  std::map<int, ProcessInfo> process_info;  // by pid, live processes only
-  std::vector<Preemptor> preemptors;  // top first by runnable_ns, at most 10
-
-  // Share of the CUDA-issuing threads' wall time, last window, spent blocked outside any CUDA
-  // call: the host making the GPU wait between steps (stallwatch_gpu_starvation_ratio).
-  double starvation_ratio = 0;
   ReclaimTotals reclaim;
   std::uint64_t oom_kills = 0;           // cumulative, CUDA-issuing and other processes
   std::uint64_t oom_kills_cuda = 0;      // of which CUDA-issuing
-  std::vector<OomKill> oom_victims;      // the latest, at most 16, oldest first
-  PressureTotals pressure;
+  std::vector<OomKill> oom_victims;      // the latest, at most kMaxOomVictims, oldest first
   std::map<IoKey, IoTotals> io;
-  std::vector<ProcessIo> io_processes;   // live processes only
   std::uint64_t tcp_retransmits_ipv4 = 0;
   std::uint64_t tcp_retransmits_ipv6 = 0;
   std::map<NcclKey, NcclTotals> nccl;
+
+  void add(const SeriesTotals& o);  // victims are appended (the holder sorts and bounds them)
+  // Nothing that gives a series of its own (off-CPU time alone does not: it comes with calls).
+  bool empty() const;
+};
+
+inline constexpr size_t kMaxOomVictims = 16;
+
+// Everything about one exported series of workloads (one cgroup, or the overflow fold): the
+// sources' cumulative totals, and what is known of the live processes now.
+struct Series : SeriesTotals {
+  identity::Identity identity;        // identity.cgroup is the `cgroup` label
+  // Window ratios (window.h computes them; the pipeline fills them before publishing).
+  double runnable_ratio = 0;  // share of the CUDA-issuing threads' time spent runnable, last window
+  double blocked_ratio = 0;
+  // Share of the CUDA-issuing threads' wall time, last window, spent blocked outside any CUDA
+  // call: the host making the GPU wait between steps (stallwatch_gpu_starvation_ratio).
+  double starvation_ratio = 0;
+  std::vector<ProcessCall> processes;
+  std::map<int, ProcessInfo> process_info;  // by pid, live processes only
+  std::vector<Preemptor> preemptors;  // top first by runnable_ns, at most 10
+  PressureTotals pressure;
+  std::vector<ProcessIo> io_processes;   // live processes only
   std::vector<ProcessNccl> nccl_processes;  // live processes only
 };
+
+// Cumulative totals of one window: `now` less `before` (null: nothing before, so all of `now`).
+// The one reset rule: a counter that went down was reset (a process or cgroup gone and back, a
+// map entry recreated) and counts from zero, so its window value is `now`, as Prometheus'
+// rate() reads a reset. A histogram whose count went down is taken whole.
+std::uint64_t counter_delta(std::uint64_t now, std::uint64_t before);
+CallTotals delta(const CallTotals& now, const CallTotals* before);
+OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before);
+IoTotals delta(const IoTotals& now, const IoTotals* before);
+NcclTotals delta(const NcclTotals& now, const NcclTotals* before);
+ReclaimTotals delta(const ReclaimTotals& now, const ReclaimTotals* before);
+// Pressure totals cover the cgroup's whole life: without a known value before, no window.
+PressureTotals delta(const PressureTotals& now, const PressureTotals* before);
 
 // Label value of the series that holds cgroups past --max-cgroups.
 inline constexpr const char* kOverflowCgroup = "_overflow";

@@ -196,15 +196,11 @@ Tracer::~Tracer() {
   if (skel_) stallwatch_bpf__destroy(skel_);
 }
 
-int Tracer::call_map_fd() const { return bpf_map__fd(skel_->maps.cuda_call_duration); }
-int Tracer::offcpu_map_fd() const { return bpf_map__fd(skel_->maps.offcpu); }
-int Tracer::preemptors_map_fd() const { return bpf_map__fd(skel_->maps.preemptors); }
-int Tracer::lost_map_fd() const { return bpf_map__fd(skel_->maps.events_lost); }
-int Tracer::watched_map_fd() const { return bpf_map__fd(skel_->maps.watched_cgroups); }
-int Tracer::reclaim_map_fd() const { return bpf_map__fd(skel_->maps.memory_reclaim); }
-int Tracer::io_map_fd() const { return bpf_map__fd(skel_->maps.block_io_duration); }
-int Tracer::retransmit_map_fd() const { return bpf_map__fd(skel_->maps.tcp_retransmits); }
-int Tracer::nccl_map_fd() const { return bpf_map__fd(skel_->maps.nccl_op_duration); }
+int Tracer::map_fd(const char* name) const {
+  const bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
+  if (!m) SW_LOG(kError) << "no map named " << name << " in the BPF object (a bug)";
+  return m ? bpf_map__fd(m) : -1;
+}
 bpf_program* Tracer::call_enter_program() const { return skel_->progs.cuda_enter; }
 bpf_program* Tracer::call_exit_program() const { return skel_->progs.cuda_exit; }
 bpf_program* Tracer::nccl_enter_program() const { return skel_->progs.nccl_enter; }

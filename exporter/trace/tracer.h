@@ -40,15 +40,9 @@ class Tracer {
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
-  int call_map_fd() const;
-  int offcpu_map_fd() const;
-  int preemptors_map_fd() const;
-  int lost_map_fd() const;
-  int watched_map_fd() const;
-  int reclaim_map_fd() const;
-  int io_map_fd() const;
-  int retransmit_map_fd() const;
-  int nccl_map_fd() const;
+  // The fd of a map of the skeleton by its name in bpf/ (the evidence sources find theirs);
+  // -1 when there is no such map.
+  int map_fd(const char* name) const;
   bpf_program* call_enter_program() const;
   bpf_program* call_exit_program() const;
   bpf_program* nccl_enter_program() const;

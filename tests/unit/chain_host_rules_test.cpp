@@ -557,7 +557,9 @@ TEST(DiffWindows, SeriesEvidenceDeltasVictimsAndResets) {
   add_proc(a, kCg, 1, "python3", sync, totals(10, 1000));
   add_proc(a, kCg, 1, "python3", allreduce, totals(5, 2000000));
   Series& sa = a.series[kCg];
-  sa.starvation_ratio = 0.1;
+  // The window computes starvation from the CUDA threads' off-CPU counters (blocked outside
+  // calls / wall time); no call blocked here: 100 of 1000 ns, then 300 of 1000 ns.
+  sa.offcpu = OffcpuTotals{0, 100, 900, 0};
   sa.reclaim = ReclaimTotals{100, 2, 300, 4, 50};
   sa.oom_kills = 1;
   sa.oom_victims = {OomKill{7, "worker", false, 111}};
@@ -581,6 +583,9 @@ TEST(DiffWindows, SeriesEvidenceDeltasVictimsAndResets) {
   EXPECT_EQ(w0.retransmits(), 7u);
   EXPECT_EQ(w0.io.at(sda).count, 4u);
   EXPECT_EQ(w0.sync.count, 10u) << "sync calls merged; the all-reduce is not one";
+  EXPECT_DOUBLE_EQ(w0.starvation_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(w0.blocked_ratio, 0.1);
+  EXPECT_DOUBLE_EQ(w0.runnable_ratio, 0);
 
   Snapshot b = snap_at(kT0 + 2 * kWindow);
   CallTotals s1 = totals(10, 1000);
@@ -588,7 +593,7 @@ TEST(DiffWindows, SeriesEvidenceDeltasVictimsAndResets) {
   add_proc(b, kCg, 1, "python3", sync, s1);
   add_proc(b, kCg, 1, "python3", allreduce, totals(5, 2000000));
   Series& sb = b.series[kCg];
-  sb.starvation_ratio = 0.3;
+  sb.offcpu = OffcpuTotals{0, 400, 1600, 0};
   sb.reclaim = ReclaimTotals{60, 3, 800, 9, 150};  // direct went down: counts from zero
   sb.oom_kills = 2;
   sb.oom_kills_cuda = 1;

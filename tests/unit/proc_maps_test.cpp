@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace stallwatch::trace {
@@ -157,7 +158,31 @@ TEST(CudaLibrariesInMapsTest, EmptyAndGarbage) {
 }
 
 TEST(ProcMapsTest, HostPath) {
-  EXPECT_EQ(host_path(1234, "/usr/lib/libcuda.so.1"), "/proc/1234/root/usr/lib/libcuda.so.1");
+  EXPECT_EQ(host_path(host::Procfs(), 1234, "/usr/lib/libcuda.so.1"),
+            "/proc/1234/root/usr/lib/libcuda.so.1");
+}
+
+}  // namespace
+}  // namespace stallwatch::trace
+
+namespace stallwatch::trace {
+namespace {
+
+// The same over a procfs fixture tree (`run --path.procfs`): what discovery reads of a process.
+TEST(ProcMapsFixture, LibrariesAndPidsUnderAProcfsRoot) {
+  const host::Procfs fs(std::string(FIXTURES_DIR) + "/procfs", std::string(FIXTURES_DIR) + "/sysfs");
+  auto libs = cuda_libraries_of(fs, 4242);
+  ASSERT_EQ(libs.size(), 2u) << "the deleted libnccl copy is replaced on disk: not attached";
+  EXPECT_EQ(libs[0].path, "/usr/local/cuda/lib64/libcudart.so.12.4.127");
+  EXPECT_EQ(libs[0].api, Api::kRuntime);
+  EXPECT_EQ(libs[1].path, "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15");
+  EXPECT_EQ(libs[1].api, Api::kDriver);
+  EXPECT_TRUE(cuda_libraries_of(fs, 77).empty()) << "no maps file";
+  auto pids = list_pids(fs);
+  std::sort(pids.begin(), pids.end());
+  EXPECT_EQ(pids, (std::vector<int>{77, 4242}));
+  EXPECT_EQ(host_path(fs, 4242, "/usr/lib/libcuda.so.1"),
+            std::string(FIXTURES_DIR) + "/procfs/4242/root/usr/lib/libcuda.so.1");
 }
 
 }  // namespace

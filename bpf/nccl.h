@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: GPL-2.0 OR BSD-2-Clause */
+/* Records of the NCCL probes (nccl.bpf.c), read by exporter/trace/nccl_source.cpp. */
+#ifndef STALLWATCH_NCCL_H
+#define STALLWATCH_NCCL_H
+
+#include "stallwatch.h"
+
+/* Key of nccl_op_duration: an NCCL op of a process, with its communicator's rank and size. */
+struct nccl_key {
+	__u64 cgroup_id;
+	__u32 tgid;
+	__u32 call_id;
+	__s32 rank;       /* -1 until learnt */
+	__s32 world_size; /* -1 until learnt */
+};
+
+struct nccl_stats {
+	__u64 count;
+	__u64 bytes;
+	__u64 sum_ns;
+	__u64 max_ns;
+	__u64 buckets[SW_HIST_BUCKETS];
+};
+
+/* Key of nccl_comms: a communicator handle in a process. */
+struct nccl_comm_key {
+	__u64 comm;
+	__u32 tgid;
+	__u32 pad;
+};
+
+struct nccl_comm_info {
+	__s32 rank;
+	__s32 world_size;
+};
+
+#endif /* STALLWATCH_NCCL_H */

@@ -1,0 +1,100 @@
+#include "host/procfs.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace stallwatch::host {
+namespace {
+
+constexpr size_t kSmallFile = 4096;  // stat, uevent: a few hundred bytes in practice
+
+template <typename T>
+bool parse_number(std::string_view s, T& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+}  // namespace
+
+Procfs::Procfs(std::string proc_root, std::string sys_root)
+    : proc_(std::move(proc_root)), sys_(std::move(sys_root)) {}
+
+std::string Procfs::pid_path(int pid, std::string_view rel) const {
+  std::string p = proc_ + "/" + std::to_string(pid);
+  if (!rel.empty()) {
+    p += "/";
+    p += rel;
+  }
+  return p;
+}
+
+bool Procfs::pid_exists(int pid) const {
+  struct stat st {};
+  return ::stat(pid_path(pid).c_str(), &st) == 0;
+}
+
+std::string Procfs::read_bounded(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::string out(max_bytes, '\0');
+  in.read(out.data(), static_cast<std::streamsize>(max_bytes));
+  out.resize(static_cast<size_t>(in.gcount()));
+  return out;
+}
+
+std::string Procfs::comm(int pid) const {
+  std::string s = read_bounded(pid_path(pid, "comm"), 64);
+  const size_t nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+std::int64_t Procfs::boot_unix_s() const {
+  std::call_once(boot_once_, [this] {
+    std::istringstream st(read_bounded(proc_ + "/stat", 1 << 20));
+    std::string key;
+    std::int64_t value = 0;
+    while (st >> key) {
+      if (key == "btime" && st >> value) {
+        boot_s_ = value;
+        return;
+      }
+    }
+  });
+  return boot_s_;
+}
+
+// Field 22 of stat (starttime, clock ticks after boot), counted after the comm's last ')':
+// a comm may hold spaces and parentheses.
+std::int64_t Procfs::start_unix_ns(int pid) const {
+  const std::string text = read_bounded(pid_path(pid, "stat"), kSmallFile);
+  const size_t close = text.rfind(')');
+  const std::int64_t boot = boot_unix_s();
+  if (close == std::string::npos || close + 2 > text.size() || boot <= 0) return 0;
+  std::istringstream fields(text.substr(close + 2));
+  std::string f;
+  for (int i = 3; i <= 22 && fields >> f; i++) {
+    if (i != 22) continue;
+    std::int64_t start = 0;
+    if (!parse_number(f, start) || start < 0) return 0;
+    const long ticks = sysconf(_SC_CLK_TCK);
+    return boot * 1000000000LL + start * (1000000000LL / (ticks > 0 ? ticks : 100));
+  }
+  return 0;
+}
+
+std::string Procfs::block_device(std::uint32_t major, std::uint32_t minor) const {
+  const std::string numbers = std::to_string(major) + ":" + std::to_string(minor);
+  std::istringstream uevent(read_bounded(sys_ + "/dev/block/" + numbers + "/uevent", kSmallFile));
+  std::string name = numbers;
+  for (std::string line; std::getline(uevent, line);) {
+    if (line.starts_with("DEVNAME=") && line.size() > 8) name = line.substr(8);
+  }
+  return name;
+}
+
+}  // namespace stallwatch::host

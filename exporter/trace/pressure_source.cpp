@@ -1,0 +1,33 @@
+// PSI (no BPF side): each series' cgroup v2 *.pressure files, read by host/pressure.h under the
+// cgroup2 mount. The overflow series has no cgroup of its own and no pressure.
+#include "host/pressure.h"
+#include "identity/cgroup_resolver.h"
+#include "trace/sources.h"
+
+namespace stallwatch::trace {
+namespace {
+
+class PressureSource : public Source {
+ public:
+  explicit PressureSource(const identity::CgroupResolver& r) : resolver_(r) {}
+  std::string_view name() const override { return "pressure"; }
+  void read(SourceContext&, Snapshot&) override {}
+
+  void finish(Snapshot& snap) override {
+    for (auto& [label, s] : snap.series) {
+      if (label == kOverflowCgroup) continue;
+      s.pressure = host::read_pressure(resolver_.mount() + (label == "/" ? "" : label));
+    }
+  }
+
+ private:
+  const identity::CgroupResolver& resolver_;
+};
+
+}  // namespace
+
+std::unique_ptr<Source> make_pressure_source(const SourceDeps& d) {
+  return std::make_unique<PressureSource>(d.resolver);
+}
+
+}  // namespace stallwatch::trace

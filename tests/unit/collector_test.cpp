@@ -1,0 +1,190 @@
+// The generic collector (trace/collector.h) over a temporary procfs and cgroup2 tree, fed by a
+// stand-in evidence source that behaves like a kernel map of per-process call totals: which
+// series a cgroup feeds (path, overflow past max_cgroups), retirement of exited processes and
+// vanished cgroups (counters never go backwards), process names and start times, identities,
+// and the order of the source hooks.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include "identity/cgroup_resolver.h"
+#include "trace/collector.h"
+
+namespace stallwatch::trace {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Entry {
+  std::uint64_t cgroup_id;
+  int pid;
+  std::uint32_t call;
+  std::uint64_t count;
+};
+
+// Like cuda_source.cpp over a map the test fills; records the hooks it saw.
+class MapSource : public Source {
+ public:
+  std::vector<Entry> map;
+  std::vector<std::string> hooks;
+
+  std::string_view name() const override { return "map"; }
+  void read(SourceContext& ctx, Snapshot& snap) override {
+    hooks.push_back("read");
+    for (auto it = map.begin(); it != map.end();) {
+      CgroupSlot& slot = ctx.cgroup(it->cgroup_id);
+      CallTotals t;
+      t.count = it->count;
+      t.sum_ns = it->count * 1000;
+      if (!ctx.alive(it->pid)) {
+        slot.retired.calls[it->call].add(t);
+        it = map.erase(it);
+        continue;
+      }
+      slot.live = true;
+      Series& s = snap.series[slot.label];
+      s.calls[it->call].add(t);
+      s.processes.push_back(ProcessCall{it->pid, it->call, t});
+      ctx.process(s, it->pid);
+      ++it;
+    }
+  }
+  void retire_cgroup(std::uint64_t id, SeriesTotals&) override {
+    hooks.push_back("retire " + std::to_string(id));
+  }
+  void finish(Snapshot& snap) override {
+    hooks.push_back("finish " + std::to_string(snap.series.size()));
+  }
+};
+
+class CollectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("collector_test." + std::to_string(getpid()));
+    fs::create_directories(root_ / "proc");
+    std::ofstream(root_ / "proc" / "stat") << "btime 1795400000\n";
+    for (const char* cg : {"a.slice", "b.slice", "c.slice"}) fs::create_directories(root_ / "cg" / cg);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  void start_process(int pid, const std::string& comm) {
+    fs::create_directories(root_ / "proc" / std::to_string(pid));
+    std::ofstream(root_ / "proc" / std::to_string(pid) / "comm") << comm << "\n";
+    std::ofstream(root_ / "proc" / std::to_string(pid) / "stat")
+        << pid << " (" << comm << ") S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0";
+  }
+  void end_process(int pid) { fs::remove_all(root_ / "proc" / std::to_string(pid)); }
+  std::uint64_t id_of(const std::string& cg) {
+    struct stat st {};
+    EXPECT_EQ(::stat((root_ / "cg" / cg).c_str(), &st), 0);
+    return st.st_ino;
+  }
+
+  std::unique_ptr<Collector> make(MapSource*& source, size_t max_cgroups) {
+    std::vector<std::unique_ptr<Source>> sources;
+    auto s = std::make_unique<MapSource>();
+    source = s.get();
+    sources.push_back(std::move(s));
+    fs_ = std::make_unique<host::Procfs>((root_ / "proc").string(), (root_ / "sys").string());
+    resolver_ = std::make_unique<identity::CgroupResolver>((root_ / "cg").string());
+    return std::make_unique<Collector>(std::move(sources), *resolver_, *fs_,
+                                       CollectorOptions{max_cgroups, nullptr});
+  }
+  std::shared_ptr<Snapshot> collect(Collector& c) {
+    return c.collect(std::chrono::seconds(1), TraceCounts{});
+  }
+
+  fs::path root_;
+  std::unique_ptr<host::Procfs> fs_;
+  std::unique_ptr<identity::CgroupResolver> resolver_;
+};
+
+TEST_F(CollectorTest, SeriesByCgroupPathWithProcessNames) {
+  MapSource* src = nullptr;
+  auto c = make(src, 8);
+  start_process(10, "python3");
+  start_process(11, "torchrun");
+  src->map = {{id_of("a.slice"), 10, 1, 5}, {id_of("b.slice"), 11, 2, 7}};
+  auto snap = collect(*c);
+  ASSERT_EQ(snap->series.size(), 2u);
+  const Series& a = snap->series.at("/a.slice");
+  EXPECT_EQ(a.identity.cgroup, "/a.slice");
+  EXPECT_EQ(a.calls.at(1).count, 5u);
+  ASSERT_EQ(a.process_info.count(10), 1u);
+  EXPECT_EQ(a.process_info.at(10).comm, "python3");
+  const long ticks = sysconf(_SC_CLK_TCK);
+  EXPECT_EQ(a.process_info.at(10).start_ns,
+            1795400000LL * 1000000000LL + 100LL * (1000000000LL / ticks));
+  EXPECT_EQ(snap->series.at("/b.slice").process_info.at(11).comm, "torchrun");
+  EXPECT_EQ(snap->sequence, 1u);
+  EXPECT_EQ(collect(*c)->sequence, 2u);
+}
+
+TEST_F(CollectorTest, CgroupsPastTheLimitFoldIntoOverflow) {
+  MapSource* src = nullptr;
+  auto c = make(src, 1);
+  start_process(10, "a");
+  start_process(11, "b");
+  start_process(12, "c");
+  src->map = {{id_of("a.slice"), 10, 1, 1}, {id_of("b.slice"), 11, 1, 2},
+              {id_of("c.slice"), 12, 1, 4}};
+  auto snap = collect(*c);
+  ASSERT_EQ(snap->series.size(), 2u);
+  EXPECT_EQ(snap->series.at("/a.slice").calls.at(1).count, 1u);
+  EXPECT_EQ(snap->series.at(kOverflowCgroup).calls.at(1).count, 6u);
+  EXPECT_EQ(snap->series.at(kOverflowCgroup).identity.cgroup, kOverflowCgroup);
+  EXPECT_TRUE(snap->series.at(kOverflowCgroup).identity.container_id.empty());
+}
+
+TEST_F(CollectorTest, ExitedProcessesKeepTheirCountsAndVanishedCgroupsGo) {
+  MapSource* src = nullptr;
+  auto c = make(src, 8);
+  start_process(10, "python3");
+  start_process(20, "worker");
+  const auto a = id_of("a.slice"), b = id_of("b.slice");
+  src->map = {{a, 10, 1, 5}, {b, 20, 1, 3}};
+  collect(*c);
+  end_process(10);
+  src->map.push_back({a, 10, 1, 0});  // a later read of the same (gone) process adds nothing
+  auto snap = collect(*c);
+  const Series& sa = snap->series.at("/a.slice");
+  EXPECT_EQ(sa.calls.at(1).count, 5u) << "retired, not lost";
+  EXPECT_EQ(sa.process_info.count(10), 0u) << "live processes only";
+  EXPECT_TRUE(sa.processes.empty());
+  EXPECT_EQ(src->map.size(), 1u) << "the exited process's entries left the map";
+  EXPECT_EQ(collect(*c)->series.at("/a.slice").calls.at(1).count, 5u) << "and stay counted";
+
+  // b's process exits and b's cgroup is removed: its series disappears, the sources are told.
+  end_process(20);
+  fs::remove(root_ / "cg" / "b.slice");
+  src->hooks.clear();
+  snap = collect(*c);
+  EXPECT_EQ(snap->series.count("/b.slice"), 0u);
+  EXPECT_EQ(snap->series.count("/a.slice"), 1u);
+  EXPECT_EQ(src->hooks, (std::vector<std::string>{"read", "retire " + std::to_string(b),
+                                                  "finish 1"}));
+}
+
+TEST_F(CollectorTest, ASharedLabelKeepsAVanishedCgroupsCounts) {
+  MapSource* src = nullptr;
+  auto c = make(src, 1);
+  start_process(10, "a");
+  start_process(11, "b");
+  start_process(12, "c");
+  const auto b = id_of("b.slice"), cc = id_of("c.slice");
+  src->map = {{id_of("a.slice"), 10, 1, 1}, {b, 11, 1, 2}, {cc, 12, 1, 4}};
+  EXPECT_EQ(collect(*c)->series.at(kOverflowCgroup).calls.at(1).count, 6u);
+  end_process(11);
+  fs::remove(root_ / "cg" / "b.slice");
+  auto snap = collect(*c);
+  EXPECT_EQ(snap->series.at(kOverflowCgroup).calls.at(1).count, 6u)
+      << "b's calls pass to c, which shares the overflow label: the counter never goes back";
+}
+
+}  // namespace
+}  // namespace stallwatch::trace

@@ -1,0 +1,83 @@
+// host/procfs.h and host/host_sampler.h over the fixture trees tests/fixtures/procfs and
+// tests/fixtures/sysfs (what `run --path.procfs/--path.sysfs` points at), and over a temporary
+// tree for what fixtures cannot hold (an oversized comm, a vanished process).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "host/host_sampler.h"
+#include "host/procfs.h"
+
+namespace stallwatch::host {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kProc = std::string(FIXTURES_DIR) + "/procfs";
+const std::string kSys = std::string(FIXTURES_DIR) + "/sysfs";
+
+TEST(Procfs, ProcessNameAndStartTime) {
+  Procfs p(kProc, kSys);
+  EXPECT_TRUE(p.pid_exists(4242));
+  EXPECT_FALSE(p.pid_exists(4243));
+  EXPECT_EQ(p.comm(4242), "python3");
+  EXPECT_EQ(p.boot_unix_s(), 1795400000);
+  const long ticks = sysconf(_SC_CLK_TCK);
+  EXPECT_EQ(p.start_unix_ns(4242), 1795400000LL * 1000000000LL + 250000LL * (1000000000LL / ticks));
+  EXPECT_EQ(p.comm(4243), "");
+  EXPECT_EQ(p.start_unix_ns(4243), 0);
+}
+
+TEST(Procfs, HostileNameDoesNotShiftTheStatFields) {
+  Procfs p(kProc, kSys);
+  EXPECT_EQ(p.comm(77), "x) y (z");
+  const long ticks = sysconf(_SC_CLK_TCK);
+  EXPECT_EQ(p.start_unix_ns(77), 1795400000LL * 1000000000LL + 100LL * (1000000000LL / ticks));
+}
+
+TEST(Procfs, BlockDeviceNames) {
+  Procfs p(kProc, kSys);
+  EXPECT_EQ(p.block_device(259, 0), "nvme0n1");
+  EXPECT_EQ(p.block_device(8, 16), "8:16") << "no DEVNAME: the numbers";
+  EXPECT_EQ(p.block_device(1, 2), "1:2") << "no such device";
+}
+
+TEST(Procfs, ReadsAreBounded) {
+  const fs::path root = fs::temp_directory_path() / ("procfs_test." + std::to_string(getpid()));
+  fs::create_directories(root / "9");
+  std::ofstream(root / "9" / "comm") << std::string(100000, 'A') << "\n";
+  std::ofstream(root / "9" / "stat") << "9 (" << std::string(100000, ')') << ") S";
+  std::ofstream(root / "stat") << "btime 1\n";
+  Procfs p(root.string(), kSys);
+  EXPECT_EQ(p.comm(9), std::string(64, 'A'));
+  EXPECT_EQ(p.start_unix_ns(9), 0) << "a stat cut by the bound has no field 22";
+  EXPECT_EQ(Procfs::read_bounded((root / "9" / "comm").string(), 10).size(), 10u);
+  EXPECT_EQ(Procfs::read_bounded((root / "nope").string(), 10), "");
+  fs::remove_all(root);
+}
+
+TEST(HostSampler, ReadsMemoryLoadAndCpuFromTheRoot) {
+  Procfs p(kProc, kSys);
+  HostSampler s(p);
+  HostContext h = s.sample();
+  EXPECT_DOUBLE_EQ(h.mem_used, 0.75);
+  EXPECT_DOUBLE_EQ(h.load1, 3.10);
+  EXPECT_EQ(h.swap_used_bytes, 500000LL * 1024);
+  EXPECT_DOUBLE_EQ(h.cpu_busy, -1) << "the first sample has no interval";
+  EXPECT_GT(h.cpus, 0);
+  // The same counters again: no time passed, still unknown.
+  EXPECT_DOUBLE_EQ(s.sample().cpu_busy, -1);
+}
+
+TEST(HostSampler, MissingFilesLeaveValuesUnknown) {
+  Procfs p("/nonexistent-procfs", kSys);
+  HostContext h = HostSampler(p).sample();
+  EXPECT_DOUBLE_EQ(h.mem_used, -1);
+  EXPECT_DOUBLE_EQ(h.load1, -1);
+  EXPECT_EQ(h.swap_used_bytes, -1);
+}
+
+}  // namespace
+}  // namespace stallwatch::host
