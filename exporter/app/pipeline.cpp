@@ -6,6 +6,7 @@
 #include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/calls.h"
+#include "trace/records.h"
 
 namespace stallwatch::chains {
 
@@ -15,17 +16,12 @@ std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const Outlier
   for (const auto& [label, s] : snap.series) {
     for (const auto& [pid, info] : s.process_info) label_of[pid] = &label;
   }
-  // Kernel timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns): shift to unix time.
-  const auto mono = std::chrono::steady_clock::now().time_since_epoch();
-  const auto wall = std::chrono::system_clock::now().time_since_epoch();
-  const std::int64_t shift =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(wall - mono).count();
   std::vector<store::Outlier> out;
   auto calls = trace::all_calls();
   for (const auto& e : w.worst) {
     if (out.size() == keep) break;
     store::Outlier o;
-    o.ts_ns = static_cast<std::int64_t>(e.ts_ns) + shift;
+    o.ts_ns = trace::unix_ns_of_monotonic(e.ts_ns);  // the records' clock is CLOCK_MONOTONIC
     auto it = label_of.find(static_cast<int>(e.tgid));
     o.cgroup = it != label_of.end() ? *it->second : std::string();
     o.pid = static_cast<int>(e.tgid);

@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace stallwatch::trace {
 namespace {
@@ -119,6 +121,30 @@ TEST(NcclArgsTest, CookieCarriesIdPositionsAndKind) {
   EXPECT_EQ((c >> 40) & 0xf, 7u);
   EXPECT_EQ((c >> 44) & 0xf, static_cast<unsigned>(NcclKind::kOp));
   EXPECT_EQ(cookie_of(id_of("cudaMalloc")), id_of("cudaMalloc"));  // CUDA: the id alone
+}
+
+// The classes the chain rules read: exactly these calls, none other.
+TEST(AllCallsTest, ClassesOfTheRules) {
+  const std::vector<std::pair<CallClass, std::vector<std::string_view>>> want = {
+      {CallClass::kSync,
+       {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+        "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}},
+      {CallClass::kAlloc, {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cuMemAlloc_v2"}},
+      {CallClass::kCopy,
+       {"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
+        "cuMemcpyDtoH_v2"}},
+  };
+  size_t classified = 0;
+  for (const auto& [cls, names] : want) {
+    for (auto name : names) {
+      EXPECT_EQ(call_class(id_of(name)), cls) << name;
+      classified++;
+    }
+  }
+  size_t in_table = 0;
+  for (const auto& c : all_calls()) in_table += c.cls != CallClass::kOther;
+  EXPECT_EQ(in_table, classified);
+  EXPECT_EQ(call_class(static_cast<std::uint32_t>(all_calls().size())), CallClass::kOther);
 }
 
 TEST(AllCallsTest, ApiNames) {
