@@ -11,6 +11,22 @@
 namespace stallwatch::chains {
 namespace {
 
+// The window's deltas of a map of totals, keeping the keys active in the window.
+template <typename K, typename T>
+std::map<K, T> active_deltas(const std::map<K, T>& now, const std::map<K, T>* before) {
+  std::map<K, T> out;
+  for (const auto& [key, t] : now) {
+    const T* old = nullptr;
+    if (before) {
+      auto it = before->find(key);
+      if (it != before->end()) old = &it->second;
+    }
+    T d = delta(t, old);
+    if (d.count > 0) out.emplace(key, d);
+  }
+  return out;
+}
+
 const Series* find_series(const Snapshot* snap, const std::string& label) {
   if (!snap) return nullptr;
   auto it = snap->series.find(label);
@@ -42,8 +58,8 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
     w.starvation_ratio = static_cast<double>(outside) / whole;
   }
   w.reclaim = delta(s.reclaim, before ? &before->reclaim : nullptr);
-  w.oom_kills = before ? counter_delta(s.oom_kills, before->oom_kills) : s.oom_kills;
-  w.oom_kills_cuda = before ? counter_delta(s.oom_kills_cuda, before->oom_kills_cuda) : s.oom_kills_cuda;
+  w.oom_kills = counter_delta(s.oom_kills, before ? before->oom_kills : 0);
+  w.oom_kills_cuda = counter_delta(s.oom_kills_cuda, before ? before->oom_kills_cuda : 0);
   std::set<std::tuple<int, std::int64_t>> known_victims;
   if (before) {
     for (const auto& v : before->oom_victims) known_victims.insert({v.pid, v.at_ns});
@@ -55,15 +71,7 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
   // window to speak of.
   w.pressure = delta(s.pressure, before ? &before->pressure : nullptr);
   if (!before) w.pressure = PressureTotals{};
-  for (const auto& [key, t] : s.io) {
-    const IoTotals* old = nullptr;
-    if (before) {
-      auto it = before->io.find(key);
-      if (it != before->io.end()) old = &it->second;
-    }
-    IoTotals d = delta(t, old);
-    if (d.count > 0) w.io[key] = d;
-  }
+  w.io = active_deltas(s.io, before ? &before->io : nullptr);
   std::map<std::pair<int, IoKey>, const IoTotals*> old_io;
   if (before) {
     for (const auto& p : before->io_processes) old_io[{p.pid, p.key}] = &p.totals;
@@ -75,18 +83,10 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
     w.io_processes.push_back(ProcessIo{p.pid, p.comm, p.key, d});
   }
   w.retransmits_ipv4 =
-      before ? counter_delta(s.tcp_retransmits_ipv4, before->tcp_retransmits_ipv4) : s.tcp_retransmits_ipv4;
+      counter_delta(s.tcp_retransmits_ipv4, before ? before->tcp_retransmits_ipv4 : 0);
   w.retransmits_ipv6 =
-      before ? counter_delta(s.tcp_retransmits_ipv6, before->tcp_retransmits_ipv6) : s.tcp_retransmits_ipv6;
-  for (const auto& [key, t] : s.nccl) {
-    const NcclTotals* old = nullptr;
-    if (before) {
-      auto it = before->nccl.find(key);
-      if (it != before->nccl.end()) old = &it->second;
-    }
-    NcclTotals d = delta(t, old);
-    if (d.count > 0) w.nccl[key] = d;
-  }
+      counter_delta(s.tcp_retransmits_ipv6, before ? before->tcp_retransmits_ipv6 : 0);
+  w.nccl = active_deltas(s.nccl, before ? &before->nccl : nullptr);
   for (const auto& [pid, p] : procs) {
     for (const auto& [id, t] : p.calls) {
       if (is_sync_call(id)) w.sync.add(t);

@@ -29,16 +29,6 @@ std::string op_name(std::uint32_t op) {
   return "other";
 }
 
-IoTotals totals_of(const io_stats& s) {
-  IoTotals t;
-  t.count = s.count;
-  t.bytes = s.bytes;
-  t.sum_ns = s.sum_ns;
-  t.max_ns = s.max_ns;
-  std::copy(std::begin(s.buckets), std::end(s.buckets), t.buckets.begin());
-  return t;
-}
-
 class IoSource : public Source {
  public:
   IoSource(const Tracer& t, const host::Procfs& fs)
@@ -49,7 +39,7 @@ class IoSource : public Source {
     for_each_entry<io_key, io_stats>(fd_, [&](const io_key& k, const io_stats& v) {
       CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
       IoKey key{device(k.dev_major, k.dev_minor), op_name(k.op)};
-      IoTotals t = totals_of(v);
+      IoTotals t = bytes_histogram_of<IoTotals>(v);
       const int pid = static_cast<int>(k.tgid);
       if (!ctx.alive(pid)) {
         slot.retired.io[key].add(t);

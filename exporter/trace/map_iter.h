@@ -1,9 +1,11 @@
-// Reading BPF hash maps from user space, shared by the collector's halves.
+// Reading BPF hash maps from user space, shared by the evidence sources.
 // Thread-safety: any thread (the kernel synchronises map access).
 #pragma once
 
 #include <bpf/bpf.h>
 
+#include <algorithm>
+#include <iterator>
 #include <vector>
 
 namespace stallwatch::trace {
@@ -23,6 +25,19 @@ void for_each_entry(int fd, Fn&& fn) {
     if (fn(key, value)) doomed.push_back(key);
   }
   for (const auto& k : doomed) bpf_map_delete_elem(fd, &k);
+}
+
+// A histogram value of the kernel (count, bytes, sum, max, log2 buckets: io_stats, nccl_stats)
+// as its totals type (IoTotals, NcclTotals).
+template <typename T, typename S>
+T bytes_histogram_of(const S& s) {
+  T t;
+  t.count = s.count;
+  t.bytes = s.bytes;
+  t.sum_ns = s.sum_ns;
+  t.max_ns = s.max_ns;
+  std::copy(std::begin(s.buckets), std::end(s.buckets), t.buckets.begin());
+  return t;
 }
 
 }  // namespace stallwatch::trace

@@ -19,16 +19,6 @@ namespace {
 // (rank, world_size) pairs per series and op before further ones fold into rank "" (-1).
 constexpr size_t kMaxRanksPerOp = 64;
 
-NcclTotals totals_of(const nccl_stats& s) {
-  NcclTotals t;
-  t.count = s.count;
-  t.bytes = s.bytes;
-  t.sum_ns = s.sum_ns;
-  t.max_ns = s.max_ns;
-  std::copy(std::begin(s.buckets), std::end(s.buckets), t.buckets.begin());
-  return t;
-}
-
 class NcclSource : public Source {
  public:
   explicit NcclSource(const Tracer& t) : fd_(t.map_fd("nccl_op_duration")) {}
@@ -50,7 +40,7 @@ class NcclSource : public Source {
     for_each_entry<nccl_key, nccl_stats>(fd_, [&](const nccl_key& k, const nccl_stats& v) {
       CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
       NcclKey key = bounded(slot.label, NcclKey{k.call_id, k.rank, k.world_size});
-      NcclTotals t = totals_of(v);
+      NcclTotals t = bytes_histogram_of<NcclTotals>(v);
       const int pid = static_cast<int>(k.tgid);
       if (!ctx.alive(pid)) {
         slot.retired.nccl[key].add(t);
