@@ -307,11 +307,11 @@ RingResult bench_ring(int reps) {
   std::mt19937_64 rng(2);
   std::exponential_distribution<double> extra(1.0 / 4e6);  // mean 4 ms above the 1 ms floor
   std::uniform_real_distribution<double> share(0, 0.3);
-  std::vector<trace::OutlierRecord> recs(r.records);
+  std::vector<sw::trace::OutlierRecord> recs(r.records);
   std::uint64_t ts = static_cast<std::uint64_t>(SteadyClock::now().time_since_epoch().count());
   for (auto& e : recs) {
     const auto& p = load.procs()[rng() % kPids];
-    e = trace::OutlierRecord{};
+    e = sw::trace::OutlierRecord{};
     ts += 1000 + rng() % 1000;
     e.ts_ns = ts;
     e.cgroup_id = 10000 + static_cast<std::uint64_t>(p.pid);
@@ -334,7 +334,7 @@ RingResult bench_ring(int reps) {
     const auto start = SteadyClock::now();
     for (size_t w = 0; w < kWindows; w++) {
       const auto a = SteadyClock::now();
-      const trace::OutlierRecord* e = recs.data() + w * kPerWindow;
+      const sw::trace::OutlierRecord* e = recs.data() + w * kPerWindow;
       for (size_t i = 0; i < kPerWindow; i++) sink.add(e[i]);
       const auto b = SteadyClock::now();
       sw::chains::OutlierWindow ow = sink.drain();

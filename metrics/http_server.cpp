@@ -125,7 +125,7 @@ std::string snapshot_json(const Snapshot& snap) {
     << ",\"attached_libraries\":" << snap.attached_libraries
     << ",\"attached_probes\":" << snap.attached_probes << ",\"outliers\":" << snap.outliers
     << ",\"lost\":{";
-  for (unsigned i = 0; i < SW_LOST_MAX; ++i) {
+  for (unsigned i = 0; i < trace::kLostSources; ++i) {
     o << (i ? "," : "") << json_string(trace::lost_source_name(i)) << ":" << snap.lost[i];
   }
   o << "},\"series\":[";

@@ -205,7 +205,7 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
   auto lost = family("stallwatch_events_lost_total",
                      "Records or aggregations the kernel side could not deliver, by source.",
                      MetricKind::kCounter, "{event}");
-  for (unsigned i = 0; i < SW_LOST_MAX; ++i) {
+  for (unsigned i = 0; i < trace::kLostSources; ++i) {
     lost.points.push_back(point(nullptr, {{"source", trace::lost_source_name(i)}}, count(snap.lost[i])));
   }
   out.push_back(std::move(lost));

@@ -2,7 +2,18 @@
 
 #include <cmath>
 
+extern "C" {
+#include <linux/types.h>
+
+#include "bpf/stallwatch.h"
+}
+
 namespace stallwatch::trace {
+
+static_assert(kHistBuckets == SW_HIST_BUCKETS && kTickShift == SW_TICK_SHIFT,
+              "histogram.h's constants are the kernel's");
+
+unsigned bucket_of_ns(std::uint64_t ns) { return sw_bucket_of_ns(ns); }
 
 double bucket_upper_seconds(unsigned k) {
   return std::ldexp(1.0, static_cast<int>(k) - SW_TICK_SHIFT);

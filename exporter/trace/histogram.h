@@ -6,21 +6,20 @@
 #include <cstdint>
 #include <vector>
 
-extern "C" {
-#include <linux/types.h>
-
-#include "bpf/stallwatch.h"
-}
-
 namespace stallwatch::trace {
 
-using KernelBuckets = std::array<std::uint64_t, SW_HIST_BUCKETS>;
+// The kernel's buckets (bpf/stallwatch.h's SW_HIST_BUCKETS and SW_TICK_SHIFT, which
+// histogram.cpp holds these to): bucket k ≤ 2^(k - 30) s, the last one is +Inf.
+inline constexpr unsigned kHistBuckets = 40;
+inline constexpr int kTickShift = 30;
 
-// Upper bound in seconds of kernel bucket k (k < SW_HIST_BUCKETS - 1): 2^(k - 30).
+using KernelBuckets = std::array<std::uint64_t, kHistBuckets>;
+
+// Upper bound in seconds of kernel bucket k (k < kHistBuckets - 1): 2^(k - 30).
 double bucket_upper_seconds(unsigned k);
 
-// The bucket index the kernel assigns to a duration (same code as the BPF side).
-inline unsigned bucket_of_ns(std::uint64_t ns) { return sw_bucket_of_ns(ns); }
+// The bucket index the kernel assigns to a duration (the BPF side's own code).
+unsigned bucket_of_ns(std::uint64_t ns);
 
 // Exported range: Prometheus `le` bounds 2^kMinExportExp .. 2^kMaxExportExp seconds
 // (about 0.95 µs .. 64 s, 27 bounds) plus +Inf. Kernel buckets below the range fold into the

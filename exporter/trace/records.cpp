@@ -10,6 +10,8 @@ extern "C" {
 
 namespace stallwatch::trace {
 
+static_assert(kLostSources == SW_LOST_MAX, "a slot of Snapshot::lost for every sw_lost_source");
+
 const char* lost_source_name(unsigned source) {
   static constexpr const char* kNames[] = {"outlier_ringbuf", "discovery_ringbuf", "call_map_full",
                                            "offcpu_map_full", "thread_state",      "call_nesting",

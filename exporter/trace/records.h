@@ -24,6 +24,9 @@ struct OutlierRecord {
   char comm[kCommLen] = {};   // not necessarily NUL-terminated
 };
 
+// Sources of lost events (bpf/stallwatch.h, enum sw_lost_source): Snapshot::lost's size.
+inline constexpr unsigned kLostSources = 8;
+
 // The `source` label of stallwatch_events_lost_total for each enum sw_lost_source (the index
 // of Snapshot::lost); "unknown" past the end.
 const char* lost_source_name(unsigned source);

@@ -14,6 +14,7 @@
 #include "identity/cgroup_identity.h"
 #include "identity/kube_metadata.h"
 #include "trace/histogram.h"
+#include "trace/records.h"
 
 namespace stallwatch {
 
@@ -236,7 +237,7 @@ struct Snapshot {
   std::chrono::system_clock::time_point taken{};
   std::chrono::nanoseconds window{};
   std::map<std::string, Series> series;  // by `cgroup` label
-  std::array<std::uint64_t, 8> lost{};   // cumulative, by enum sw_lost_source
+  std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
   std::uint64_t outliers = 0;            // outlier records received, cumulative
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now
   std::uint64_t attached_libraries = 0;  // library files with probes now

@@ -20,6 +20,12 @@
 #include "metrics/http_server.h"
 #include "trace/calls.h"
 
+extern "C" {  // the kernel's constants, which these tests hold the user-space side to
+#include <linux/types.h>
+
+#include "bpf/stallwatch.h"
+}
+
 namespace stallwatch::metrics {
 namespace {
 

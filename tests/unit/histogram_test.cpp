@@ -10,6 +10,12 @@
 #include <cstdint>
 #include <numeric>
 
+extern "C" {  // the kernel's constants, which these tests hold the user-space side to
+#include <linux/types.h>
+
+#include "bpf/stallwatch.h"
+}
+
 namespace stallwatch::trace {
 namespace {
 

@@ -15,6 +15,12 @@
 #include "trace/calls.h"
 #include "trace/histogram.h"
 
+extern "C" {  // the kernel's constants, which these tests hold the user-space side to
+#include <linux/types.h>
+
+#include "bpf/stallwatch.h"
+}
+
 namespace stallwatch::otlp {
 namespace {
 
