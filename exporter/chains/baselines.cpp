@@ -49,8 +49,7 @@ const Baseline* Baselines::known(const ProcessWindow& p, std::uint32_t call_id,
   return nullptr;
 }
 
-void Baselines::update(const WindowView& view,
-                       const std::set<std::pair<std::string, int>>& frozen,
+void Baselines::update(const WindowView& view, const std::set<std::pair<std::string, int>>& frozen,
                        std::uint64_t min_calls, size_t cap) {
   for (const auto& p : view.processes) {
     if (frozen.count({p.cgroup, p.pid}) || frozen.count({p.cgroup, 0})) continue;

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <set>
 
-
 namespace stallwatch::chains {
 
 Engine::Engine(EngineOptions options, std::vector<std::unique_ptr<Rule>> rules)

@@ -62,8 +62,8 @@ std::unique_ptr<Rule> make_nccl_straggler_rule();
 
 struct KindInfo {
   Kind kind;
-  std::string_view name;    // the `kind` label value
-  std::string_view anchor;  // docs/chains.md#anchor
+  std::string_view name;     // the `kind` label value
+  std::string_view anchor;   // docs/chains.md#anchor
   std::string_view measure;  // what the cutoffs are applied to
   SeverityCutoffs cutoffs;
   RuleFactory make;
@@ -71,23 +71,55 @@ struct KindInfo {
 
 // Rows in Kind order (kind_info relies on it).
 inline constexpr std::array<KindInfo, 9> kKinds = {{
-    {Kind::kCpuContention, "cpu_contention", "cpu_contention",
-     "runnable share of call or thread time", {0.10, 0.25, 0.50}, make_cpu_contention_rule},
-    {Kind::kMemoryPressure, "memory_pressure", "memory_pressure", "reclaim share of the window",
-     {0, 0.25, kNever}, make_memory_pressure_rule},
-    {Kind::kIoStall, "io_stall", "io_stall", "starvation share of the window", {0, 0.40, kNever},
+    {Kind::kCpuContention,
+     "cpu_contention",
+     "cpu_contention",
+     "runnable share of call or thread time",
+     {0.10, 0.25, 0.50},
+     make_cpu_contention_rule},
+    {Kind::kMemoryPressure,
+     "memory_pressure",
+     "memory_pressure",
+     "reclaim share of the window",
+     {0, 0.25, kNever},
+     make_memory_pressure_rule},
+    {Kind::kIoStall,
+     "io_stall",
+     "io_stall",
+     "starvation share of the window",
+     {0, 0.40, kNever},
      make_io_stall_rule},
-    {Kind::kNetworkRetransmit, "network_retransmit", "network_retransmit",
-     "retransmits per second", {0, 100, kNever}, make_network_retransmit_rule},
-    {Kind::kAllocSpike, "alloc_spike", "alloc_spike", "allocation share of the window",
-     {0.05, 0.20, kNever}, make_alloc_spike_rule},
+    {Kind::kNetworkRetransmit,
+     "network_retransmit",
+     "network_retransmit",
+     "retransmits per second",
+     {0, 100, kNever},
+     make_network_retransmit_rule},
+    {Kind::kAllocSpike,
+     "alloc_spike",
+     "alloc_spike",
+     "allocation share of the window",
+     {0.05, 0.20, kNever},
+     make_alloc_spike_rule},
     {Kind::kColdStart, "cold_start", "cold_start", "(always low)", {}, make_cold_start_rule},
-    {Kind::kMemcpyBound, "memcpy_bound", "memcpy_bound", "copy share of wall time",
-     {0.30, 0.60, kNever}, make_memcpy_bound_rule},
-    {Kind::kGpuContention, "gpu_contention", "gpu_contention", "sync p99 / baseline p99",
-     {0, 10, kNever}, make_gpu_contention_rule},
-    {Kind::kNcclStraggler, "nccl_straggler", "nccl_straggler", "mean op time / peers' median",
-     {0, 0, 10}, make_nccl_straggler_rule},
+    {Kind::kMemcpyBound,
+     "memcpy_bound",
+     "memcpy_bound",
+     "copy share of wall time",
+     {0.30, 0.60, kNever},
+     make_memcpy_bound_rule},
+    {Kind::kGpuContention,
+     "gpu_contention",
+     "gpu_contention",
+     "sync p99 / baseline p99",
+     {0, 10, kNever},
+     make_gpu_contention_rule},
+    {Kind::kNcclStraggler,
+     "nccl_straggler",
+     "nccl_straggler",
+     "mean op time / peers' median",
+     {0, 0, 10},
+     make_nccl_straggler_rule},
 }};
 inline constexpr int kKindCount = static_cast<int>(kKinds.size());
 

@@ -34,14 +34,14 @@ struct Thresholds {
 
 struct EngineOptions {
   Thresholds thresholds;
-  int host_cpus = 0;  // for recommendations (taskset ranges); 0 = unknown
+  int host_cpus = 0;       // for recommendations (taskset ranges); 0 = unknown
   std::uint64_t seed = 0;  // of the chain ids; 0: from the random device
 };
 
 // What a rule found in one window for one (kind, cgroup, pid): the chain's content.
 struct Finding {
-  Chain chain;        // kind, severity, identity, process, call, texts, contributors, evidence
-  bool once = false;  // report and close at once (cold_start)
+  Chain chain;             // kind, severity, identity, process, call, texts, contributors, evidence
+  bool once = false;       // report and close at once (cold_start)
   bool immediate = false;  // open without waiting for open_after windows (periodic spikes)
   int close_after = 0;     // override of thresholds.close_after when > 0
 };

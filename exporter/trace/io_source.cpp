@@ -31,8 +31,7 @@ std::string op_name(std::uint32_t op) {
 
 class IoSource : public Source {
  public:
-  IoSource(const Tracer& t, const host::Procfs& fs)
-      : fd_(t.map_fd("block_io_duration")), fs_(fs) {}
+  IoSource(const Tracer& t, const host::Procfs& fs) : fd_(t.map_fd("block_io_duration")), fs_(fs) {}
   std::string_view name() const override { return "io"; }
 
   void read(SourceContext& ctx, Snapshot& snap) override {

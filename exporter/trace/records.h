@@ -21,7 +21,7 @@ struct OutlierRecord {
   std::uint32_t tid = 0;
   std::uint32_t call_id = 0;  // trace/calls.h
   std::uint32_t preemptions = 0;
-  char comm[kCommLen] = {};   // not necessarily NUL-terminated
+  char comm[kCommLen] = {};  // not necessarily NUL-terminated
 };
 
 // Sources of lost events (bpf/stallwatch.h, enum sw_lost_source): Snapshot::lost's size.

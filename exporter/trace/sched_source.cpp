@@ -15,8 +15,8 @@ extern "C" {
 namespace stallwatch::trace {
 namespace {
 
-constexpr size_t kTopPreemptors = 10;        // per series in the snapshot
-constexpr size_t kRetainedPreemptors = 64;   // of exited victims, per cgroup, the heaviest
+constexpr size_t kTopPreemptors = 10;       // per series in the snapshot
+constexpr size_t kRetainedPreemptors = 64;  // of exited victims, per cgroup, the heaviest
 
 OffcpuTotals totals_of(const offcpu_stats& s) {
   return OffcpuTotals{s.runnable_ns, s.blocked_ns, s.oncpu_ns, s.preemptions};
@@ -42,26 +42,24 @@ class SchedSource : public Source {
   }
 
   // Preemptors of a vanished cgroup's exited processes go with it.
-  void retire_cgroup(std::uint64_t cgroup_id, SeriesTotals&) override {
-    retired_.erase(cgroup_id);
-  }
+  void retire_cgroup(std::uint64_t cgroup_id, SeriesTotals&) override { retired_.erase(cgroup_id); }
 
  private:
   void read_offcpu(SourceContext& ctx, Snapshot& snap) {
-    for_each_entry<offcpu_key, offcpu_stats>(
-        offcpu_fd_, [&](const offcpu_key& k, const offcpu_stats& v) {
-          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
-          const int pid = static_cast<int>(k.tgid);
-          if (!ctx.alive(pid)) {
-            slot.retired.offcpu.add(totals_of(v));
-            return true;
-          }
-          slot.live = true;
-          Series& s = snap.series[slot.label];
-          s.offcpu.add(totals_of(v));
-          ctx.process(s, pid).offcpu.add(totals_of(v));
-          return false;
-        });
+    for_each_entry<offcpu_key, offcpu_stats>(offcpu_fd_,
+                                             [&](const offcpu_key& k, const offcpu_stats& v) {
+                                               CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+                                               const int pid = static_cast<int>(k.tgid);
+                                               if (!ctx.alive(pid)) {
+                                                 slot.retired.offcpu.add(totals_of(v));
+                                                 return true;
+                                               }
+                                               slot.live = true;
+                                               Series& s = snap.series[slot.label];
+                                               s.offcpu.add(totals_of(v));
+                                               ctx.process(s, pid).offcpu.add(totals_of(v));
+                                               return false;
+                                             });
   }
 
   void read_preemptors(SourceContext& ctx, Snapshot& snap) {

@@ -69,7 +69,6 @@ std::uint64_t counter_delta(std::uint64_t now, std::uint64_t before) {
 
 namespace {
 
-
 // The histogram part shared by CallTotals, IoTotals and NcclTotals; `before` is not null and
 // counted no more than `now`.
 template <typename T>
@@ -86,8 +85,8 @@ void histogram_delta(T& d, const T& now, const T& before) {
   }
   for (size_t k = d.buckets.size(); k-- > 0;) {
     if (d.buckets[k] == 0) continue;
-    const auto bound = static_cast<std::uint64_t>(
-        trace::bucket_upper_seconds(static_cast<unsigned>(k)) * 1e9);
+    const auto bound =
+        static_cast<std::uint64_t>(trace::bucket_upper_seconds(static_cast<unsigned>(k)) * 1e9);
     d.max_ns = std::min<std::uint64_t>(now.max_ns, bound);
     break;
   }
@@ -122,7 +121,8 @@ NcclTotals delta(const NcclTotals& now, const NcclTotals* before) {
 OffcpuTotals delta(const OffcpuTotals& now, const OffcpuTotals* before) {
   if (!before) return now;
   return OffcpuTotals{counter_delta(now.runnable_ns, before->runnable_ns),
-                      counter_delta(now.blocked_ns, before->blocked_ns), counter_delta(now.oncpu_ns, before->oncpu_ns),
+                      counter_delta(now.blocked_ns, before->blocked_ns),
+                      counter_delta(now.oncpu_ns, before->oncpu_ns),
                       counter_delta(now.preemptions, before->preemptions)};
 }
 

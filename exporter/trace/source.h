@@ -28,7 +28,7 @@ class SourceContext {
   // The cgroup's slot, created (and labelled) the first time the cgroup is seen.
   virtual CgroupSlot& cgroup(std::uint64_t cgroup_id) = 0;
   virtual std::string cgroup_path(std::uint64_t cgroup_id) = 0;  // "" when unknown
-  virtual bool alive(int pid) = 0;                                // cached for the pass
+  virtual bool alive(int pid) = 0;                               // cached for the pass
   // The series' entry for a live process (comm and start time read once per process).
   virtual ProcessInfo& process(Series& s, int pid) = 0;
   virtual bool known_process(int pid) = 0;  // a CUDA-issuing process the collector knows

@@ -3,6 +3,8 @@
 // series a cgroup feeds (path, overflow past max_cgroups), retirement of exited processes and
 // vanished cgroups (counters never go backwards), process names and start times, identities,
 // and the order of the source hooks.
+#include "trace/collector.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "identity/cgroup_resolver.h"
-#include "trace/collector.h"
 
 namespace stallwatch::trace {
 namespace {
@@ -68,7 +69,8 @@ class CollectorTest : public ::testing::Test {
     root_ = fs::temp_directory_path() / ("collector_test." + std::to_string(getpid()));
     fs::create_directories(root_ / "proc");
     std::ofstream(root_ / "proc" / "stat") << "btime 1795400000\n";
-    for (const char* cg : {"a.slice", "b.slice", "c.slice"}) fs::create_directories(root_ / "cg" / cg);
+    for (const char* cg : {"a.slice", "b.slice", "c.slice"})
+      fs::create_directories(root_ / "cg" / cg);
   }
   void TearDown() override { fs::remove_all(root_); }
 
@@ -131,8 +133,8 @@ TEST_F(CollectorTest, CgroupsPastTheLimitFoldIntoOverflow) {
   start_process(10, "a");
   start_process(11, "b");
   start_process(12, "c");
-  src->map = {{id_of("a.slice"), 10, 1, 1}, {id_of("b.slice"), 11, 1, 2},
-              {id_of("c.slice"), 12, 1, 4}};
+  src->map = {
+      {id_of("a.slice"), 10, 1, 1}, {id_of("b.slice"), 11, 1, 2}, {id_of("c.slice"), 12, 1, 4}};
   auto snap = collect(*c);
   ASSERT_EQ(snap->series.size(), 2u);
   EXPECT_EQ(snap->series.at("/a.slice").calls.at(1).count, 1u);
@@ -166,8 +168,8 @@ TEST_F(CollectorTest, ExitedProcessesKeepTheirCountsAndVanishedCgroupsGo) {
   snap = collect(*c);
   EXPECT_EQ(snap->series.count("/b.slice"), 0u);
   EXPECT_EQ(snap->series.count("/a.slice"), 1u);
-  EXPECT_EQ(src->hooks, (std::vector<std::string>{"read", "retire " + std::to_string(b),
-                                                  "finish 1"}));
+  EXPECT_EQ(src->hooks,
+            (std::vector<std::string>{"read", "retire " + std::to_string(b), "finish 1"}));
 }
 
 TEST_F(CollectorTest, ASharedLabelKeepsAVanishedCgroupsCounts) {

@@ -17,8 +17,8 @@
 #include <sstream>
 #include <string>
 
-#include "cli/explain.h"
 #include "app/demo_runner.h"
+#include "cli/explain.h"
 #include "demo/scenarios.h"
 #include "metrics/exposition.h"
 #include "metrics/http_server.h"

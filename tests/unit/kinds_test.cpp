@@ -1,5 +1,7 @@
 // The kinds table (chains/kinds.h): one row per kind in enum order, a rule for each row that
 // says it finds that kind, cutoffs that only rise, and a docs/chains.md anchor for every row.
+#include "chains/kinds.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,7 +9,6 @@
 #include <set>
 #include <sstream>
 
-#include "chains/kinds.h"
 #include "chains/rule.h"
 
 namespace stallwatch::chains {

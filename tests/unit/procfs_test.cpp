@@ -1,6 +1,8 @@
 // host/procfs.h and host/host_sampler.h over the fixture trees tests/fixtures/procfs and
 // tests/fixtures/sysfs (what `run --path.procfs/--path.sysfs` points at), and over a temporary
 // tree for what fixtures cannot hold (an oversized comm, a vanished process).
+#include "host/procfs.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,7 +10,6 @@
 #include <fstream>
 
 #include "host/host_sampler.h"
-#include "host/procfs.h"
 
 namespace stallwatch::host {
 namespace {

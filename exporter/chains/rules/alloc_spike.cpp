@@ -13,11 +13,11 @@ namespace stallwatch::chains {
 namespace {
 
 struct Thresholds {
-  double ratio = 10;             // the worst allocation this many times the baseline p50
-  double min_s = 0.001;          // and at least this long
-  size_t memory_windows = 64;    // a second spike within this many windows makes a pattern
-  double medium_ratio = 100;     // a spike this large is at least medium
-  int min_close_after = 6;       // windows without a spike before the chain closes (at least)
+  double ratio = 10;           // the worst allocation this many times the baseline p50
+  double min_s = 0.001;        // and at least this long
+  size_t memory_windows = 64;  // a second spike within this many windows makes a pattern
+  double medium_ratio = 100;   // a spike this large is at least medium
+  int min_close_after = 6;     // windows without a spike before the chain closes (at least)
 };
 
 std::string advise() {
@@ -25,8 +25,9 @@ std::string advise() {
   out += advice_line("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                      "grow the caching allocator's pool without a new cudaMalloc per size");
   out += "# warm the allocator: run one step at the largest batch and sequence length first\n";
-  out += "# remove torch.cuda.empty_cache() from the training loop (it returns memory that "
-         "cudaMalloc must take again)\n";
+  out +=
+      "# remove torch.cuda.empty_cache() from the training loop (it returns memory that "
+      "cudaMalloc must take again)\n";
   out += "# pad or bucket variable-length inputs to a few fixed shapes\n";
   return out;
 }
@@ -83,12 +84,10 @@ class AllocSpike : public Rule {
                       human_seconds(ref) + ") every " + human_seconds(period) + " (" +
                       std::to_string(spikes.size()) +
                       " spikes): the allocator is growing or releasing its pool";
-      c.effect = human_seconds(secs(t.sum_ns)) +
-                 " spent allocating in the latest spike window (" + percent(time_share) +
-                 " of it); the GPU idles while the allocation blocks";
+      c.effect = human_seconds(secs(t.sum_ns)) + " spent allocating in the latest spike window (" +
+                 percent(time_share) + " of it); the GPU idles while the allocation blocks";
       c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
-                                    ") spikes " + times(ratio) + " every " +
-                                    human_seconds(period));
+                                    ") spikes " + times(ratio) + " every " + human_seconds(period));
       c.recommendation = advise();
       out.push_back(std::move(f));
       return;

@@ -10,16 +10,16 @@ namespace stallwatch::chains {
 namespace {
 
 struct Thresholds {
-  double ratio = 20;       // the first window's worst call against the steady p50
-  double min_s = 0.010;    // and at least this long
+  double ratio = 20;     // the first window's worst call against the steady p50
+  double min_s = 0.010;  // and at least this long
 };
 
 std::string advise() {
   std::string out;
   out += "# warm up before serving or timing: run a few untimed iterations after start\n";
-  out += advice_line(
-      "DataLoader(persistent_workers=True)",
-      "keep processes alive between epochs and jobs instead of paying start-up again");
+  out +=
+      advice_line("DataLoader(persistent_workers=True)",
+                  "keep processes alive between epochs and jobs instead of paying start-up again");
   out += advice_line("export CUDA_MODULE_LOADING=LAZY",
                      "load only the kernels used (the default in recent CUDA releases)");
   return out;
@@ -87,8 +87,10 @@ class ColdStart : public Rule {
                    ") took " + human_ns(first_cuda) + " in its first window: " + c.call +
                    " up to " + human_seconds(worst) + " against " + human_seconds(steady) +
                    " once warm (" + times(c.ratio) + ")";
-    c.effect = "a one-time start-up cost (context creation, module loading, allocator warm-up) "
-               "over " + thousands(first_calls) + " calls; steady state is normal";
+    c.effect =
+        "a one-time start-up cost (context creation, module loading, allocator warm-up) "
+        "over " +
+        thousands(first_calls) + " calls; steady state is normal";
     c.summary = summary_of(c, p.comm + " (PID " + std::to_string(p.pid) + ") paid " +
                                   human_ns(first_cuda) + " of CUDA start-up; " + c.call + " " +
                                   times(c.ratio) + " its steady latency at first");

@@ -10,9 +10,9 @@ namespace stallwatch::chains {
 namespace {
 
 struct Thresholds {
-  double call_share = 0.10;         // runnable share of the CUDA call time
-  double thread_share = 0.20;       // or of the CUDA threads' wall time
-  double min_window_share = 0.01;   // and runnable time ≥ this share of the window
+  double call_share = 0.10;        // runnable share of the CUDA call time
+  double thread_share = 0.20;      // or of the CUDA threads' wall time
+  double min_window_share = 0.01;  // and runnable time ≥ this share of the window
 };
 
 std::string advise(const Chain& c, int host_cpus) {
@@ -82,16 +82,14 @@ class CpuContention : public Rule {
       }
     }
     if (!worst) return;
-    const std::uint64_t thread_ns =
-        p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;
+    const std::uint64_t thread_ns = p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;
     const double call_share = share(static_cast<double>(runnable), static_cast<double>(cuda));
     const double thread_share =
         share(static_cast<double>(p.offcpu.runnable_ns), static_cast<double>(thread_ns));
     const double floor = th_.min_window_share * window;
-    const bool by_calls =
-        call_share >= th_.call_share && static_cast<double>(runnable) >= floor;
-    const bool by_threads = thread_share >= th_.thread_share &&
-                            static_cast<double>(p.offcpu.runnable_ns) >= floor;
+    const bool by_calls = call_share >= th_.call_share && static_cast<double>(runnable) >= floor;
+    const bool by_threads =
+        thread_share >= th_.thread_share && static_cast<double>(p.offcpu.runnable_ns) >= floor;
     if (!by_calls && !by_threads) return;
 
     const double s = std::max(call_share, thread_share);
@@ -104,10 +102,10 @@ class CpuContention : public Rule {
     set_call(c, st, b);
     for (const auto& pre : p.preemptors) {
       if (c.contributors.size() == 10) break;  // as many as the snapshot keeps
-      c.contributors.push_back(Contributor{pre.comm, pre.pid, pre.cgroup,
-                                           pre.cgroup == p.cgroup ? "preemptor, same workload"
-                                                                  : "preemptor, other workload",
-                                           pre.runnable_ns, pre.count});
+      c.contributors.push_back(Contributor{
+          pre.comm, pre.pid, pre.cgroup,
+          pre.cgroup == p.cgroup ? "preemptor, same workload" : "preemptor, other workload",
+          pre.runnable_ns, pre.count});
     }
     const std::uint64_t stall = ctx.worst_stall_ns(p);
     c.evidence = {{"call_runnable_share", call_share},
@@ -119,12 +117,11 @@ class CpuContention : public Rule {
                   {"thread_time_s", secs(thread_ns)},
                   {"preemptions", static_cast<double>(p.offcpu.preemptions)},
                   {"worst_stall_s", secs(stall)}};
-    c.root_cause = p.comm + " (PID " + std::to_string(p.pid) +
-                   ") was runnable but off-CPU for " + percent(call_share) +
-                   " of its CUDA call time (" + human_ns(runnable) + " of " + human_ns(cuda) +
-                   ") and " + percent(thread_share) + " of its CUDA threads' time; " +
-                   thousands(p.offcpu.preemptions) + " preemptions, worst stall " +
-                   human_ns(stall);
+    c.root_cause = p.comm + " (PID " + std::to_string(p.pid) + ") was runnable but off-CPU for " +
+                   percent(call_share) + " of its CUDA call time (" + human_ns(runnable) + " of " +
+                   human_ns(cuda) + ") and " + percent(thread_share) +
+                   " of its CUDA threads' time; " + thousands(p.offcpu.preemptions) +
+                   " preemptions, worst stall " + human_ns(stall);
     if (c.contributors.empty()) {
       c.root_cause += "; the preempting tasks were not identified";
     } else {
@@ -133,11 +130,11 @@ class CpuContention : public Rule {
                       human_ns(c.contributors[0].cpu_ns);
     }
     c.effect = effect_text(st, b);
-    c.summary =
-        summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
-                          ") waited for a CPU " + percent(s) + " of the time" +
-                          (c.contributors.empty() ? std::string()
-                                                  : ", preempted by " + c.contributors[0].comm));
+    c.summary = summary_of(
+        c,
+        c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) + ") waited for a CPU " +
+            percent(s) + " of the time" +
+            (c.contributors.empty() ? std::string() : ", preempted by " + c.contributors[0].comm));
     c.recommendation = advise(c, ctx.options.host_cpus);
     out.push_back(std::move(f));
   }

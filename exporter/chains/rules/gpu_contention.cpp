@@ -11,18 +11,19 @@ namespace stallwatch::chains {
 namespace {
 
 struct Thresholds {
-  double ratio = 3;                // sync p99 against its baseline p99 (and p50 at least doubled)
+  double ratio = 3;  // sync p99 against its baseline p99 (and p50 at least doubled)
   double p50_ratio = 2;
-  double host_call_share = 0.05;   // no host cause: runnable share of call time below this
-  double host_thread_share = 0.10; // and of the CUDA threads' time below this
+  double host_call_share = 0.05;    // no host cause: runnable share of call time below this
+  double host_thread_share = 0.10;  // and of the CUDA threads' time below this
 };
 
 std::string advise(const Chain& c) {
   std::string out;
   out += advice_line("CUDA_VISIBLE_DEVICES=<gpu>",
                      "give each job its own GPU (in Kubernetes: an nvidia.com/gpu limit per pod)");
-  out += "# or share it on purpose: MIG partitions (nvidia-smi mig) on A100/H100, or MPS for "
-         "cooperating processes\n";
+  out +=
+      "# or share it on purpose: MIG partitions (nvidia-smi mig) on A100/H100, or MPS for "
+      "cooperating processes\n";
   for (const auto& k : c.contributors) {
     out += "# move " + k.comm + " (PID " + std::to_string(k.pid) + ", " + k.cgroup +
            ") to another GPU or node\n";
@@ -44,8 +45,7 @@ class GpuContention : public Rule {
     if (others.empty()) return;
     std::uint64_t runnable = 0;
     for (const auto& [id, t] : p.calls) runnable += t.runnable_ns;
-    const std::uint64_t thread_ns =
-        p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;
+    const std::uint64_t thread_ns = p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;
     const double call_share =
         share(static_cast<double>(runnable), static_cast<double>(p.cuda_ns()));
     const double thread_share =
@@ -99,13 +99,13 @@ class GpuContention : public Rule {
     c.root_cause = std::to_string(others.size()) + " other CUDA process" +
                    (others.size() == 1 ? "" : "es") + " (" + c.contributors[0].comm + " PID " +
                    std::to_string(c.contributors[0].pid) + " first) issued " +
-                   thousands(other_calls) + " CUDA calls in the window while " + p.comm +
-                   " (PID " + std::to_string(p.pid) +
+                   thousands(other_calls) + " CUDA calls in the window while " + p.comm + " (PID " +
+                   std::to_string(p.pid) +
                    ") waited on the GPU; no host-side cause: it was runnable off-CPU only " +
                    percent(call_share) + " of its call time";
     c.effect = effect_text(st, b);
-    c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
-                                  ") " + times(worst_ratio) + " slower while " +
+    c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) + ") " +
+                                  times(worst_ratio) + " slower while " +
                                   std::to_string(others.size()) + " other CUDA process" +
                                   (others.size() == 1 ? " shares" : "es share") + " the GPU");
     c.recommendation = advise(c);

@@ -32,15 +32,18 @@ std::string advise(const Chain& c, const std::string& device) {
     out += advice_line("iostat -x 1 " + device,
                        "is " + device + " saturated (%util, aqu-sz) or just slow (r_await)?");
   }
-  out += "# copy the dataset to local NVMe first, or keep it in the page cache "
-         "(vmtouch -t DATASET_DIR); read-ahead large sequential shards (WebDataset, "
-         "TFRecord) instead of many small files\n";
+  out +=
+      "# copy the dataset to local NVMe first, or keep it in the page cache "
+      "(vmtouch -t DATASET_DIR); read-ahead large sequential shards (WebDataset, "
+      "TFRecord) instead of many small files\n";
   if (in_kubepods(c.identity.cgroup)) {
-    out += "# in Kubernetes: a local-NVMe emptyDir or hostPath cache instead of network "
-           "storage for the dataset\n";
+    out +=
+        "# in Kubernetes: a local-NVMe emptyDir or hostPath cache instead of network "
+        "storage for the dataset\n";
   }
-  out += advice_line("ionice -c3 -p <PID>",
-                     "lower the I/O priority of other processes that read or write the same device");
+  out +=
+      advice_line("ionice -c3 -p <PID>",
+                  "lower the I/O priority of other processes that read or write the same device");
   return out;
 }
 
@@ -48,8 +51,7 @@ class IoStall : public Rule {
  public:
   Kind kind() const override { return Kind::kIoStall; }
 
-  void series(const WindowContext& ctx, const SeriesWindow& s,
-              std::vector<Finding>& out) override {
+  void series(const WindowContext& ctx, const SeriesWindow& s, std::vector<Finding>& out) override {
     if (s.starvation_ratio < th_.starvation || s.io.empty()) return;
     const double window = static_cast<double>(ctx.view.window_ns);
     const IoTotals all = s.io_total();

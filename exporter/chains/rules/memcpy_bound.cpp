@@ -19,10 +19,12 @@ std::string advise() {
   std::string out;
   out += advice_line("DataLoader(pin_memory=True); batch.to('cuda', non_blocking=True)",
                      "page-locked buffers and asynchronous copies");
-  out += "# overlap copies with compute: prefetch the next batch on a separate "
-         "torch.cuda.Stream\n";
-  out += "# shrink transfers: copy uint8/fp16 and convert on the GPU; move preprocessing to "
-         "the GPU (NVIDIA DALI)\n";
+  out +=
+      "# overlap copies with compute: prefetch the next batch on a separate "
+      "torch.cuda.Stream\n";
+  out +=
+      "# shrink transfers: copy uint8/fp16 and convert on the GPU; move preprocessing to "
+      "the GPU (NVIDIA DALI)\n";
   out += "# avoid per-step .item() / .cpu() calls that copy results back synchronously\n";
   return out;
 }
@@ -47,8 +49,8 @@ class MemcpyBound : public Rule {
     const std::uint64_t cuda = p.cuda_ns();
     if (!top || cuda == 0) return;
     const double cuda_share = share(static_cast<double>(copy), static_cast<double>(cuda));
-    const double wall_share = std::min(
-        1.0, share(static_cast<double>(copy), static_cast<double>(ctx.view.window_ns)));
+    const double wall_share =
+        std::min(1.0, share(static_cast<double>(copy), static_cast<double>(ctx.view.window_ns)));
     if (cuda_share < th_.cuda_share || wall_share < th_.wall_share) return;
 
     Finding f;

@@ -37,28 +37,30 @@ std::string advise(const Chain& c) {
   if (memcg || oom) {
     const std::string unit = last_component(cg);
     if (in_kubepods(cg)) {
-      out += advice_line(
-          "resources: {requests: {memory: \"<more>\"}, limits: {memory: \"<more>\"}}",
-          "the container reclaims (or is killed) at its memory limit: raise it");
+      out +=
+          advice_line("resources: {requests: {memory: \"<more>\"}, limits: {memory: \"<more>\"}}",
+                      "the container reclaims (or is killed) at its memory limit: raise it");
     } else if (unit.ends_with(".service") || unit.ends_with(".scope")) {
       out += advice_line("systemctl set-property " + unit + " MemoryMax=<more> MemoryHigh=<more>",
                          "the unit reclaims (or is killed) at its memory limit: raise it");
     } else {
-      out += advice_line("cat /sys/fs/cgroup" + cg + "/memory.max /sys/fs/cgroup" + cg +
-                             "/memory.stat",
-                         "the cgroup reclaims at its limit: raise memory.max or shrink the job");
+      out += advice_line(
+          "cat /sys/fs/cgroup" + cg + "/memory.max /sys/fs/cgroup" + cg + "/memory.stat",
+          "the cgroup reclaims at its limit: raise memory.max or shrink the job");
     }
   }
   if (!memcg) {
-    out += "# the node itself ran short (direct reclaim): check free -g and vmstat 1; move other "
-           "memory-hungry workloads away or add memory\n";
+    out +=
+        "# the node itself ran short (direct reclaim): check free -g and vmstat 1; move other "
+        "memory-hungry workloads away or add memory\n";
   }
   out += advice_line(
       "DataLoader(num_workers=<fewer>, prefetch_factor=2)",
       "every worker holds prefetch_factor batches and its own copy of the dataset object");
   out += "# pin_memory=True page-locks every prefetched batch: it cannot be reclaimed or swapped\n";
-  out += "# keep the Dataset in numpy arrays or memory-mapped files, not Python lists of objects "
-         "(reference counts make every worker copy them)\n";
+  out +=
+      "# keep the Dataset in numpy arrays or memory-mapped files, not Python lists of objects "
+      "(reference counts make every worker copy them)\n";
   return out;
 }
 
@@ -66,8 +68,7 @@ class MemoryPressure : public Rule {
  public:
   Kind kind() const override { return Kind::kMemoryPressure; }
 
-  void series(const WindowContext& ctx, const SeriesWindow& s,
-              std::vector<Finding>& out) override {
+  void series(const WindowContext& ctx, const SeriesWindow& s, std::vector<Finding>& out) override {
     const double window = static_cast<double>(ctx.view.window_ns);
 
     // OOM kills are events: remember them so the chain holds their severity for a while.
@@ -87,7 +88,8 @@ class MemoryPressure : public Rule {
     }
     const OomMemory* oom = nullptr;
     if (auto it = ooms_.find(s.cgroup);
-        it != ooms_.end() && window_ - it->second.window < static_cast<std::uint64_t>(th_.oom_hold_windows)) {
+        it != ooms_.end() &&
+        window_ - it->second.window < static_cast<std::uint64_t>(th_.oom_hold_windows)) {
       oom = &it->second;
     }
 
@@ -126,13 +128,14 @@ class MemoryPressure : public Rule {
     const bool memcg = s.reclaim.memcg_ns >= s.reclaim.direct_ns;
     const bool reclaiming = reclaim > 0 || psi_share > 0;
     if (reclaiming || !oom) {
-      c.evidence = {{"reclaim_s", secs(reclaim)},
-                    {"reclaim_share", reclaim_share},
-                    {"memcg_reclaim_s", secs(s.reclaim.memcg_ns)},
-                    {"direct_reclaim_s", secs(s.reclaim.direct_ns)},
-                    {"reclaims", static_cast<double>(s.reclaim.memcg_count + s.reclaim.direct_count)},
-                    {"cuda_reclaim_s", secs(s.reclaim.cuda_ns)},
-                    {"cuda_reclaim_share", cuda_share}};
+      c.evidence = {
+          {"reclaim_s", secs(reclaim)},
+          {"reclaim_share", reclaim_share},
+          {"memcg_reclaim_s", secs(s.reclaim.memcg_ns)},
+          {"direct_reclaim_s", secs(s.reclaim.direct_ns)},
+          {"reclaims", static_cast<double>(s.reclaim.memcg_count + s.reclaim.direct_count)},
+          {"cuda_reclaim_s", secs(s.reclaim.cuda_ns)},
+          {"cuda_reclaim_share", cuda_share}};
       if (s.pressure.known) c.evidence.emplace_back("psi_memory_some_share", psi_share);
     }
     if (oom) {
@@ -150,8 +153,8 @@ class MemoryPressure : public Rule {
                              : std::string()));
     }
     if (reclaim > 0) {
-      causes.push_back("its tasks spent " + human_ns(reclaim) + " reclaiming memory in the window (" +
-                       percent(reclaim_share) + " of it, " +
+      causes.push_back("its tasks spent " + human_ns(reclaim) +
+                       " reclaiming memory in the window (" + percent(reclaim_share) + " of it, " +
                        (memcg ? "memcg reclaim at the cgroup's memory limit"
                               : "direct reclaim: the node ran short") +
                        "), the CUDA-issuing threads " + human_ns(s.reclaim.cuda_ns) + " of it");
@@ -182,13 +185,14 @@ class MemoryPressure : public Rule {
                    : std::string("a process was OOM-killed")) +
                  " in " + workload_of(c));
     } else if (reclaim_share >= th_.reclaim_share) {
-      c.summary =
-          summary_of(c, "the workload of " + process_or_workload(main, c) + " spent " + percent(reclaim_share) +
-                            " of the window in " + (memcg ? "memcg" : "direct") +
-                            " reclaim, its CUDA threads " + percent(cuda_share));
+      c.summary = summary_of(c, "the workload of " + process_or_workload(main, c) + " spent " +
+                                    percent(reclaim_share) + " of the window in " +
+                                    (memcg ? "memcg" : "direct") + " reclaim, its CUDA threads " +
+                                    percent(cuda_share));
     } else {
-      c.summary = summary_of(c, "the workload of " + process_or_workload(main, c) + " stalled on memory " +
-                                    percent(psi_share) + " of the window (PSI memory some)");
+      c.summary =
+          summary_of(c, "the workload of " + process_or_workload(main, c) + " stalled on memory " +
+                            percent(psi_share) + " of the window (PSI memory some)");
     }
     c.recommendation = advise(c);
     out.push_back(std::move(f));
@@ -215,9 +219,9 @@ class MemoryPressure : public Rule {
 
  private:
   struct OomMemory {
-    std::uint64_t window = 0;  // window_ of the latest kill
-    bool cuda = false;         // a CUDA-issuing process was among the victims
-    std::uint64_t kills = 0;   // since the first of this run of kills
+    std::uint64_t window = 0;      // window_ of the latest kill
+    bool cuda = false;             // a CUDA-issuing process was among the victims
+    std::uint64_t kills = 0;       // since the first of this run of kills
     std::vector<OomKill> victims;  // the latest, at most kMaxVictims
   };
   Thresholds th_;

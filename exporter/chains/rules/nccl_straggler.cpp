@@ -138,8 +138,8 @@ class NcclStraggler : public Rule {
         peer_p50.push_back(q->quantile(0.50));
         peer_p99.push_back(q->quantile(0.99));
         if (c.contributors.size() < 16) {
-          c.contributors.push_back(
-              Contributor{q->p->comm, q->p->pid, q->p->cgroup, "peer rank", q->t.sum_ns, q->t.count});
+          c.contributors.push_back(Contributor{q->p->comm, q->p->pid, q->p->cgroup, "peer rank",
+                                               q->t.sum_ns, q->t.count});
         }
       }
       c.baseline_p50_s = median(peer_p50);
@@ -182,9 +182,9 @@ class NcclStraggler : public Rule {
       c.effect =
           "a collective ends only when its slowest rank is done: every rank of the job "
           "(world size " +
-          std::to_string(s.world_size) + ") runs at rank " + std::to_string(slow.rank) + "'s pace; " +
-          thousands(slow.t.count) + " " + c.call + " calls, " + human_ns(slow.t.sum_ns) +
-          " inside them";
+          std::to_string(s.world_size) + ") runs at rank " + std::to_string(slow.rank) +
+          "'s pace; " + thousands(slow.t.count) + " " + c.call + " calls, " +
+          human_ns(slow.t.sum_ns) + " inside them";
       c.summary = summary_of(c, rank + ", " + proc + ", takes " + times(s.ratio) +
                                     " its local peers' time in " + c.call);
       c.recommendation = advise(c);

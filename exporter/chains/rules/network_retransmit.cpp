@@ -35,8 +35,9 @@ std::string advise(const Chain& c) {
     out += advice_line("NCCL_IB_HCA=<mlx5_0,...>",
                        "use RDMA (InfiniBand/RoCE) where the hosts have it instead of TCP sockets");
   } else {
-    out += "# the retransmits of this workload coincide with slower synchronisation: check what "
-           "it waits for over the network (parameter server, remote storage, data service)\n";
+    out +=
+        "# the retransmits of this workload coincide with slower synchronisation: check what "
+        "it waits for over the network (parameter server, remote storage, data service)\n";
   }
   return out;
 }
@@ -45,8 +46,7 @@ class NetworkRetransmit : public Rule {
  public:
   Kind kind() const override { return Kind::kNetworkRetransmit; }
 
-  void series(const WindowContext& ctx, const SeriesWindow& s,
-              std::vector<Finding>& out) override {
+  void series(const WindowContext& ctx, const SeriesWindow& s, std::vector<Finding>& out) override {
     const std::uint64_t retrans = s.retransmits();
     const double window_s = secs(static_cast<std::uint64_t>(ctx.view.window_ns));
     const double rate = window_s > 0 ? static_cast<double>(retrans) / window_s : 0;
@@ -97,9 +97,9 @@ class NetworkRetransmit : public Rule {
     const char* family = s.retransmits_ipv6 == 0   ? "IPv4"
                          : s.retransmits_ipv4 == 0 ? "IPv6"
                                                    : "IPv4 and IPv6";
-    c.root_cause = "the workload's TCP sockets retransmitted " + thousands(retrans) + " segments (" +
-                   short_number(rate) + "/s, " + family + ") in the window while " + c.call + " in " +
-                   proc + " took p99 " + human_seconds(st.p99) + " against " +
+    c.root_cause = "the workload's TCP sockets retransmitted " + thousands(retrans) +
+                   " segments (" + short_number(rate) + "/s, " + family + ") in the window while " +
+                   c.call + " in " + proc + " took p99 " + human_seconds(st.p99) + " against " +
                    human_seconds(b->median_p99()) + " usually (" + times(worst_p99_ratio) + ")" +
                    (worst_mean_ratio > 0 ? ", mean " + times(worst_mean_ratio) : std::string());
     c.effect = effect_text(st, b) +
