@@ -46,21 +46,7 @@ int main(int argc, char** argv) {
   if (cmd == "explain") return stallwatch::cli::explain_main(rest);
   if (cmd == "query") return stallwatch::cli::query_main(rest);
   if (cmd == "demo") return stallwatch::cli::demo_main(rest);
-  if (cmd == "check") {
-    bool json = false;
-    for (const auto& a : rest) {
-      if (a == "--json") {
-        json = true;
-      } else if (a == "-h" || a == "--help") {
-        std::cout << "usage: stallwatch check [--json]\n";
-        return 0;
-      } else {
-        std::cerr << "stallwatch check: unknown option " << a << " (usage: stallwatch check [--json])\n";
-        return 2;
-      }
-    }
-    return stallwatch::cli::check_main(json);
-  }
+  if (cmd == "check") return stallwatch::cli::check_main(rest);
   if (cmd == "version" || cmd == "--version") {
     std::cout << "stallwatch " << STALLWATCH_VERSION << " (" << STALLWATCH_REVISION << ")\n";
     return 0;
