@@ -1,4 +1,6 @@
 // stallwatch: one binary, subcommands. main only dispatches; each subcommand owns its flags.
+#include <unistd.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -36,25 +38,15 @@ int main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (cmd == "run") return stallwatch::cli::run_main(rest);
+  if (cmd == "run") {
+    std::vector<std::string> env;
+    for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+    return stallwatch::cli::run_main(rest, env);
+  }
   if (cmd == "explain") return stallwatch::cli::explain_main(rest);
   if (cmd == "query") return stallwatch::cli::query_main(rest);
   if (cmd == "demo") return stallwatch::cli::demo_main(rest);
-  if (cmd == "check") {
-    bool json = false;
-    for (const auto& a : rest) {
-      if (a == "--json") {
-        json = true;
-      } else if (a == "-h" || a == "--help") {
-        std::cout << "usage: stallwatch check [--json]\n";
-        return 0;
-      } else {
-        std::cerr << "stallwatch check: unknown option " << a << " (usage: stallwatch check [--json])\n";
-        return 2;
-      }
-    }
-    return stallwatch::cli::check_main(json);
-  }
+  if (cmd == "check") return stallwatch::cli::check_main(rest);
   if (cmd == "version" || cmd == "--version") {
     std::cout << "stallwatch " << STALLWATCH_VERSION << " (" << STALLWATCH_REVISION << ")\n";
     return 0;

@@ -52,9 +52,9 @@ bool preflight() {
 
 }  // namespace
 
-int run_main(const std::vector<std::string>& args) {
+int run_main(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   std::string usage;
-  auto parsed = parse_run_options(args, &usage);
+  auto parsed = parse_run_options(args, env, &usage);
   if (!parsed) {
     std::cerr << "stallwatch run: " << parsed.error().message << "\n";
     return 2;
@@ -64,12 +64,12 @@ int run_main(const std::vector<std::string>& args) {
     std::cout << usage;
     return 0;
   }
-  if (o.verbose) set_log_level(LogLevel::kDebug);
+  apply_log_settings(o.log);
   if (!preflight()) return 1;
 
-  auto push = otlp::push_config_from_environment(o.otlp, STALLWATCH_VERSION);
+  auto push = otlp::push_config_from_environment(o.otlp, o.otlp_file, STALLWATCH_VERSION);
   if (!push) {
-    SW_LOG(kError) << push.error().message;
+    SW_LOG(kError) << name_run_flag_source(o, push.error().message);
     return 2;
   }
 
@@ -78,7 +78,7 @@ int run_main(const std::vector<std::string>& args) {
       std::chrono::duration_cast<std::chrono::milliseconds>(o.kube_refresh),
       [](const char* name) { return std::getenv(name); });
   if (!kube_settings) {
-    SW_LOG(kError) << kube_settings.error().message;
+    SW_LOG(kError) << name_run_flag_source(o, kube_settings.error().message);
     return 2;
   }
 

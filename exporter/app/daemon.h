@@ -7,6 +7,8 @@
 
 namespace stallwatch::cli {
 
-int run_main(const std::vector<std::string>& args);
+// args exclude the program and subcommand names; env holds "NAME=value" strings (environ),
+// read for STALLWATCH_* (cli/options.h).
+int run_main(const std::vector<std::string>& args, const std::vector<std::string>& env);
 
 }  // namespace stallwatch::cli

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/explain.h"
+#include "cli/flags.h"
 #include "common/duration.h"
 #include "common/log.h"
 #include "app/demo_runner.h"
@@ -22,9 +23,12 @@ namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
-constexpr const char* kUsage =
+}  // namespace
+
+const char* const kDemoUsage =
     "usage: stallwatch demo [SCENARIO] [--listen ADDR:PORT] [--db PATH] [--window DURATION]\n"
     "                       [--fast] [--hold] [--json] [--otlp-endpoint URL ...]\n"
+    "                       [--log.level LEVEL] [--log.format FORMAT]\n"
     "\n"
     "Feeds a synthetic GPU host through the same chain engine, store and /metrics as `run`;\n"
     "no root, no GPU. Prints each window as the chain forms, then the explain report.\n"
@@ -44,61 +48,94 @@ constexpr const char* kUsage =
     "                      for alert rules and dashboards)\n"
     "  --json              print the final report as JSON (explain --json)\n"
     "  --otlp-*            push the windows and chains over OTLP, as `stallwatch run` does\n"
-    "                      (see `stallwatch run --help`; OTEL_* variables apply too)\n";
+    "                      (see `stallwatch run --help`; OTEL_* variables apply too)\n"
+    "  --log.level LEVEL   debug, info, warn or error (default info); -v is debug\n"
+    "  --log.format FORMAT logfmt or json, one line per message (default: plain lines)\n";
 
-}  // namespace
-
-int demo_main(const std::vector<std::string>& args) {
-  std::string name = "incident", listen, db;
-  demo::RunnerOptions ro;
-  otlp::PushFlags push_flags;
-  bool json = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    auto value = [&](std::string& into) {
-      if (i + 1 >= args.size()) {
-        std::cerr << "stallwatch demo: " << a << " needs a value\n" << kUsage;
-        return false;
-      }
-      into = args[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return 0;
-    } else if (a == "--listen") {
-      if (!value(listen)) return 2;
-    } else if (a == "--db") {
-      if (!value(db)) return 2;
-    } else if (a == "--window") {
-      if (!value(v)) return 2;
-      auto d = parse_duration(v);
-      if (!d || d->count() <= 0) {
-        std::cerr << "stallwatch demo: --window " << v << ": "
-                  << (d ? "must be greater than 0" : d.error().message) << "\n";
-        return 2;
-      }
-      ro.window = *d;
-    } else if (a == "--fast") {
-      ro.realtime = false;
-    } else if (a == "--hold") {
-      ro.hold = true;
-    } else if (a == "--json") {
-      json = true;
-    } else if (a.starts_with("--otlp-")) {
-      if (!value(v)) return 2;
-      if (auto set = otlp::set_push_flag(push_flags, a.substr(2), v); !set) {
-        std::cerr << "stallwatch demo: " << set.error().message << "\n";
-        return 2;
-      }
-    } else if (!a.empty() && a[0] != '-') {
-      name = a;
+Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
+  po::options_description desc;
+  // clang-format off
+  desc.add_options()
+    ("help,h", "")
+    ("scenario", po::value<std::vector<std::string>>(), "")
+    ("listen", po::value<std::string>(), "")
+    ("db", po::value<std::string>(), "")
+    ("window", po::value<std::string>(), "")
+    ("fast", "")
+    ("hold", "")
+    ("json", "");
+  // clang-format on
+  add_log_flags(desc);
+  for (const auto& f : otlp::push_flag_infos()) {
+    if (f.repeatable) {
+      desc.add_options()(f.name, po::value<std::vector<std::string>>()->composing(), "");
     } else {
-      std::cerr << "stallwatch demo: unknown option " << a << "\n" << kUsage;
-      return 2;
+      desc.add_options()(f.name, po::value<std::string>(), "");
     }
   }
+  po::positional_options_description positional;
+  positional.add("scenario", -1);
+  auto vm = parse_flags(args, desc, &positional);
+  if (!vm) return vm.error();
+  DemoOptions o;
+  o.help = vm->count("help") > 0;
+  if (vm->count("scenario")) {
+    const auto names = (*vm)["scenario"].as<std::vector<std::string>>();
+    if (names.size() > 1) {
+      return make_error("one scenario at a time, not '" + names[0] + "' and '" + names[1] + "'");
+    }
+    o.scenario = names.front();
+  }
+  if (vm->count("listen")) o.listen = (*vm)["listen"].as<std::string>();
+  if (vm->count("db")) o.db = (*vm)["db"].as<std::string>();
+  if (vm->count("window")) {
+    const std::string v = (*vm)["window"].as<std::string>();
+    auto d = parse_duration(v);
+    if (!d || d->count() <= 0) {
+      return make_error("--window " + v + ": " +
+                        (d ? std::string("must be greater than 0") : d.error().message));
+    }
+    o.window = *d;
+  }
+  o.fast = vm->count("fast") > 0;
+  o.hold = vm->count("hold") > 0;
+  o.json = vm->count("json") > 0;
+  for (const auto& f : otlp::push_flag_infos()) {
+    if (!vm->count(f.name)) continue;
+    const std::vector<std::string> values =
+        f.repeatable ? (*vm)[f.name].as<std::vector<std::string>>()
+                     : std::vector<std::string>{(*vm)[f.name].as<std::string>()};
+    for (const auto& v : values) {
+      if (auto set = otlp::set_push_flag(o.otlp, f.name, v); !set) return set.error();
+    }
+  }
+  auto log = log_settings(*vm);
+  if (!log) return log.error();
+  o.log = *log;
+  return o;
+}
+
+int demo_main(const std::vector<std::string>& args) {
+  auto parsed = parse_demo_options(args);
+  if (!parsed) {
+    std::cerr << "stallwatch demo: " << parsed.error().message << "\n" << kDemoUsage;
+    return 2;
+  }
+  if (parsed->help) {
+    std::cout << kDemoUsage;
+    return 0;
+  }
+  const DemoOptions& opts = *parsed;
+  apply_log_settings(opts.log);
+  const std::string& name = opts.scenario;
+  const std::string& listen = opts.listen;
+  std::string db = opts.db;
+  const bool json = opts.json;
+  const otlp::PushFlags& push_flags = opts.otlp;
+  demo::RunnerOptions ro;
+  ro.window = opts.window;
+  ro.realtime = !opts.fast;
+  ro.hold = opts.hold;
   auto scenario = demo::make_scenario(name);
   if (!scenario) {
     std::cerr << "stallwatch demo: unknown scenario '" << name << "'; one of:";

@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 
+#include "cli/flags.h"
 #include "common/json.h"
 #include "common/strings.h"
 #include "identity/kube_metadata.h"
@@ -426,9 +427,32 @@ std::string render_json(const CheckReport& report) {
   return out;
 }
 
-int check_main(bool json) {
+const char* const kCheckUsage = "usage: stallwatch check [--json]\n";
+
+Result<CheckOptions> parse_check_options(const std::vector<std::string>& args) {
+  po::options_description desc;
+  desc.add_options()("help,h", "")("json", "");
+  auto vm = parse_flags(args, desc);
+  if (!vm) return vm.error();
+  CheckOptions o;
+  o.help = vm->count("help") > 0;
+  o.json = vm->count("json") > 0;
+  return o;
+}
+
+int check_main(const std::vector<std::string>& args) {
+  auto o = parse_check_options(args);
+  if (!o) {
+    std::cerr << "stallwatch check: " << o.error().message
+              << " (usage: stallwatch check [--json])\n";
+    return 2;
+  }
+  if (o->help) {
+    std::cout << kCheckUsage;
+    return 0;
+  }
   const CheckReport report = run_checks();
-  std::cout << (json ? render_json(report) + "\n" : render_text(report)) << std::flush;
+  std::cout << (o->json ? render_json(report) + "\n" : render_text(report)) << std::flush;
   return report.tracing_possible() ? 0 : 1;
 }
 

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/result.h"
 #include "trace/calls.h"
 
 namespace stallwatch::cli {
@@ -58,8 +59,17 @@ std::string render_text(const CheckReport& report);
 // {"ok":bool,"checks":[{"name","status","detail","fix"}],
 //  "libraries":[{"path","kind","mapped","pids":[...],"processes":[...]}]}
 std::string render_json(const CheckReport& report);
-// Prints the report to stdout; returns 0 when tracing is possible, else 1.
-int check_main(bool json);
+struct CheckOptions {
+  bool json = false;  // --json
+  bool help = false;  // -h, --help
+};
+// "usage: stallwatch check [--json]\n"
+extern const char* const kCheckUsage;
+// args exclude the program and subcommand names.
+Result<CheckOptions> parse_check_options(const std::vector<std::string>& args);
+// Parses, prints the report to stdout; returns 0 when tracing is possible, 1 when not, 2 on
+// bad usage.
+int check_main(const std::vector<std::string>& args);
 
 // ---- pure pieces (check_parse.cpp) ----
 

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/explain_render.h"
+#include "cli/flags.h"
 #include "common/duration.h"
 #include "common/json.h"
 #include "store/report.h"
@@ -147,54 +148,33 @@ const char* const kExplainUsage =
     "  --json           one JSON object instead of text\n";
 
 Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& args) {
+  po::options_description desc;
+  // clang-format off
+  desc.add_options()
+    ("help,h", "")
+    ("db", po::value<std::string>(), "")
+    ("since", po::value<std::string>(), "")
+    ("cgroup", po::value<std::string>(), "")
+    ("per-process", "")
+    ("json", "");
+  // clang-format on
+  auto vm = parse_flags(args, desc);
+  if (!vm) return vm.error();
   ExplainOptions o;
-  for (size_t i = 0; i < args.size(); i++) {
-    std::string name = args[i], value;
-    bool inline_value = false;
-    if (name.rfind("--", 0) == 0) {
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name.resize(eq);
-        inline_value = true;
-      }
-    }
-    auto take = [&]() -> Result<std::string> {
-      if (inline_value) return value;
-      if (i + 1 >= args.size()) return make_error(name + " needs a value");
-      return args[++i];
-    };
-    auto flag_only = [&]() -> Result<Ok> {
-      if (inline_value) return make_error(name + " takes no value");
-      return Ok{};
-    };
-    if (name == "-h" || name == "--help") {
-      o.help = true;
-    } else if (name == "--db") {
-      auto v = take();
-      if (!v) return v.error();
-      if (v->empty()) return make_error("--db needs a path");
-      o.db = *v;
-    } else if (name == "--since") {
-      auto v = take();
-      if (!v) return v.error();
-      auto d = parse_duration(*v);
-      if (!d) return make_error("--since: " + d.error().message);
-      if (d->count() <= 0) return make_error("--since must be longer than 0");
-      o.since = *d;
-    } else if (name == "--cgroup") {
-      auto v = take();
-      if (!v) return v.error();
-      o.cgroup = *v;
-    } else if (name == "--per-process") {
-      if (auto f = flag_only(); !f) return f.error();
-      o.per_process = true;
-    } else if (name == "--json") {
-      if (auto f = flag_only(); !f) return f.error();
-      o.json = true;
-    } else {
-      return make_error("unknown option " + name);
-    }
+  o.help = vm->count("help") > 0;
+  if (vm->count("db")) {
+    o.db = (*vm)["db"].as<std::string>();
+    if (o.db.empty()) return make_error("--db needs a path");
   }
+  if (vm->count("since")) {
+    auto d = parse_duration((*vm)["since"].as<std::string>());
+    if (!d) return make_error("--since: " + d.error().message);
+    if (d->count() <= 0) return make_error("--since must be longer than 0");
+    o.since = *d;
+  }
+  if (vm->count("cgroup")) o.cgroup = (*vm)["cgroup"].as<std::string>();
+  o.per_process = vm->count("per-process") > 0;
+  o.json = vm->count("json") > 0;
   return o;
 }
 

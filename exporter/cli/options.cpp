@@ -1,40 +1,25 @@
 #include "cli/options.h"
 
-#include <boost/program_options.hpp>
+#include <cctype>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
+#include "cli/flags.h"
 #include "common/duration.h"
 #include "common/size.h"
 
 namespace stallwatch::cli {
-namespace po = boost::program_options;
 
 namespace {
 
-Result<std::chrono::nanoseconds> duration_flag(const po::variables_map& vm, const char* name,
-                                               std::chrono::nanoseconds fallback,
-                                               bool zero_ok = false) {
-  if (!vm.count(name)) return fallback;
-  auto d = parse_duration(vm[name].as<std::string>());
-  if (!d) return make_error("--" + std::string(name) + ": " + d.error().message);
-  if (d->count() == 0 && !zero_ok) return make_error("--" + std::string(name) + " must be greater than 0");
-  return *d;
-}
+constexpr const char* kEpilogue =
+    "\nEvery flag but --help can also be set as STALLWATCH_<FLAG>: upper case, '.' and '-' as "
+    "'_',\ne.g. STALLWATCH_OUTLIER_THRESHOLD=2ms, STALLWATCH_LOG_LEVEL=debug; a repeatable flag "
+    "takes a\ncomma-separated list, a switch true or false. Precedence: flag > STALLWATCH_* > "
+    "OTEL_*\n(the OTLP settings) > --config file > default.\n";
 
-bool valid_listen(const std::string& s) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon + 1 >= s.size()) return false;
-  std::string port = s.substr(colon + 1);
-  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5) return false;
-  int p = std::stoi(port);
-  return p > 0 && p < 65536;
-}
-
-}  // namespace
-
-Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::string* usage) {
-  RunOptions o;
+po::options_description run_options_description() {
   po::options_description desc(
       "stallwatch run [options]\n\nTrace CUDA calls and the scheduler; "
       "serve /metrics, /healthz and /debug/snapshot; push OTLP when configured.\n\nOptions",
@@ -63,9 +48,9 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
     ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
      "$NODE_NAME, else the hostname)")
     ("kube-refresh", po::value<std::string>(), "list the node's pods this often (default 60s; a "
-     "new pod is looked up at once, at most every 5s)")
-    ("verbose,v", "debug logging, including libbpf's");
+     "new pod is looked up at once, at most every 5s)");
   // clang-format on
+  add_log_flags(desc);
   for (const auto& f : otlp::push_flag_infos()) {
     if (f.repeatable) {
       desc.add_options()(f.name, po::value<std::vector<std::string>>()->composing(), f.help);
@@ -73,78 +58,193 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
       desc.add_options()(f.name, po::value<std::string>(), f.help);
     }
   }
+  return desc;
+}
+
+// The string value of `name` from the first layer that has it; `source` names it in errors.
+const std::string* text_flag(const LayeredFlags& flags, const char* name, std::string* source) {
+  const po::variable_value* v = flags.find(name, source);
+  return v ? &v->as<std::string>() : nullptr;
+}
+
+Result<std::chrono::nanoseconds> duration_flag(const LayeredFlags& flags, const char* name,
+                                               std::chrono::nanoseconds fallback,
+                                               bool zero_ok = false) {
+  std::string source;
+  const std::string* text = text_flag(flags, name, &source);
+  if (!text) return fallback;
+  auto d = parse_duration(*text);
+  if (!d) return make_error(source + ": " + d.error().message);
+  if (d->count() == 0 && !zero_ok) return make_error(source + " must be greater than 0");
+  return *d;
+}
+
+bool valid_listen(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon + 1 >= s.size()) return false;
+  std::string port = s.substr(colon + 1);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5) return false;
+  int p = std::stoi(port);
+  return p > 0 && p < 65536;
+}
+
+// The --otlp-* flags: the first of the command line and the environment into o.otlp, else the
+// config file's into o.otlp_file. A repeatable flag adds up: the file's, then the
+// environment's, then the command line's (later headers override earlier ones by key).
+Result<Ok> otlp_flags(const LayeredFlags& flags, size_t file_layer, RunOptions& o) {
+  for (const auto& f : otlp::push_flag_infos()) {
+    for (size_t n = 0; n < flags.layers(); ++n) {
+      const size_t i = f.repeatable ? flags.layers() - 1 - n : n;
+      const po::variables_map& vm = flags.layer(i);
+      if (!vm.count(f.name)) continue;
+      std::vector<std::string> values;
+      if (f.repeatable) {
+        values = vm[f.name].as<std::vector<std::string>>();
+      } else {
+        values.push_back(vm[f.name].as<std::string>());
+      }
+      const std::string source = flags.source(i, f.name);
+      for (const auto& v : values) {
+        auto set = otlp::set_push_flag(i == file_layer ? o.otlp_file : o.otlp, f.name, v);
+        if (!set) return make_error(LayeredFlags::relabel(set.error().message, f.name, source));
+      }
+      if (!f.repeatable) break;
+    }
+  }
+  return Ok{};
+}
+
+Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOptions o) {
+  // Which flags the environment set, for messages of later checks.
+  for (size_t i = 0; i < flags.layers(); ++i) {
+    for (const auto& [name, value] : flags.layer(i)) {
+      if (flags.find(name) != &value) continue;  // a higher layer set it
+      const std::string source = flags.source(i, name);
+      if (source != "--" + name) o.from_env[name] = source;
+    }
+  }
+  std::string source;
+  if (const std::string* listen = text_flag(flags, "listen", &source)) o.listen = *listen;
+  if (!valid_listen(o.listen)) {
+    return make_error((source.empty() ? "--listen" : source) + " " + o.listen +
+                      ": expected ADDR:PORT, e.g. 127.0.0.1:9464");
+  }
+  if (const std::string* db = text_flag(flags, "db", &source)) o.db = *db;
+  if (const std::string* max_db = text_flag(flags, "max-db", &source)) {
+    auto size = parse_size(*max_db);
+    if (!size) return make_error(source + ": " + size.error().message);
+    if (*size < (1u << 20)) return make_error(source + " must be at least 1MiB");
+    o.max_db = *size;
+  }
+  auto retention = duration_flag(flags, "retention", o.retention);
+  if (!retention) return retention.error();
+  o.retention = *retention;
+  if (const auto* max_cgroups = flags.find("max-cgroups")) {
+    o.max_cgroups = max_cgroups->as<size_t>();
+  }
+  auto log = log_settings(flags);
+  if (!log) return log.error();
+  o.log = *log;
+  o.verbose = o.log.level == LogLevel::kDebug;
+  auto window = duration_flag(flags, "window", o.window);
+  if (!window) return window.error();
+  o.window = *window;
+  auto outlier = duration_flag(flags, "outlier-threshold", o.outlier_threshold);
+  if (!outlier) return outlier.error();
+  o.outlier_threshold = *outlier;
+  auto rescan = duration_flag(flags, "rescan-interval", o.rescan_interval);
+  if (!rescan) return rescan.error();
+  o.rescan_interval = *rescan;
+  if (const std::string* api = text_flag(flags, "kube-api", &source)) o.kube_api = *api;
+  if (const std::string* node = text_flag(flags, "kube-node", &source)) o.kube_node = *node;
+  auto kube_refresh = duration_flag(flags, "kube-refresh", o.kube_refresh);
+  if (!kube_refresh) return kube_refresh.error();
+  if (*kube_refresh < std::chrono::seconds(1)) {
+    flags.find("kube-refresh", &source);
+    return make_error(source + " must be at least 1s");
+  }
+  o.kube_refresh = *kube_refresh;
+  auto linger = duration_flag(flags, "detach-linger", o.detach_linger, true);
+  if (!linger) return linger.error();
+  o.detach_linger = *linger;
+  if (auto set = otlp_flags(flags, file_layer, o); !set) return set.error();
+  return o;
+}
+
+}  // namespace
+
+std::vector<std::string> run_flag_names() {
+  const po::options_description desc = run_options_description();
+  std::vector<std::string> names;
+  for (const auto& d : desc.options()) names.push_back(d->long_name());
+  return names;
+}
+
+std::string name_run_flag_source(const RunOptions& o, const std::string& message) {
+  for (const auto& [flag, var] : o.from_env) {
+    const std::string spelled = "--" + flag;
+    if (!message.starts_with(spelled)) continue;
+    if (message.size() > spelled.size() &&
+        (std::isalnum(static_cast<unsigned char>(message[spelled.size()])) ||
+         message[spelled.size()] == '-' || message[spelled.size()] == '.')) {
+      continue;  // a longer flag
+    }
+    return LayeredFlags::relabel(message, flag, var);
+  }
+  return message;
+}
+
+Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::string* usage) {
+  return parse_run_options(args, {}, usage);
+}
+
+Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
+                                     const std::vector<std::string>& env, std::string* usage) {
+  RunOptions o;
+  const po::options_description desc = run_options_description();
   std::ostringstream u;
-  u << desc;
+  u << desc << kEpilogue;
   if (usage) *usage = u.str();
 
-  po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    if (vm.count("config")) {
-      o.config = vm["config"].as<std::string>();
-      std::ifstream in(o.config);
-      if (!in) {
-        return make_error("cannot read config file " + o.config +
-                          " (check the path and permissions)");
-      }
-      po::store(po::parse_config_file(in, desc), vm);  // stored later: command line wins
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    return make_error(std::string(e.what()) + " (see `stallwatch run --help`)");
+  // run keeps what it did before the other subcommands moved to Boost: unambiguous
+  // abbreviations are accepted, a flag given twice is an error.
+  auto command_line = parse_flags(args, desc, nullptr, po::command_line_style::default_style,
+                                  /*last_wins=*/false);
+  if (!command_line) {
+    return make_error(command_line.error().message + " (see `stallwatch run --help`)");
   }
-  if (vm.count("help")) {
+  auto environment = parse_environment(env, desc, kRunEnvPrefix, {"help"});
+  if (!environment) {
+    return make_error(environment.error().message + " (see `stallwatch run --help`)");
+  }
+  LayeredFlags flags;
+  flags.add(std::move(*command_line));
+  flags.add(std::move(*environment), kRunEnvPrefix);
+
+  size_t file_layer = SIZE_MAX;
+  std::string config_source;
+  if (const std::string* config = text_flag(flags, "config", &config_source)) {
+    o.config = *config;
+    std::ifstream in(o.config);
+    if (!in) {
+      return make_error("cannot read config file " + o.config +
+                        (config_source == "--config" ? "" : " named by " + config_source) +
+                        " (check the path and permissions)");
+    }
+    try {
+      po::variables_map file;
+      po::store(po::parse_config_file(in, desc), file);
+      flags.add(std::move(file));
+    } catch (const po::error& e) {
+      return make_error(std::string(e.what()) + " (see `stallwatch run --help`)");
+    }
+    file_layer = flags.layers() - 1;
+  }
+  if (flags.layer(0).count("help")) {
     o.help = true;
     return o;
   }
-  if (vm.count("listen")) o.listen = vm["listen"].as<std::string>();
-  if (!valid_listen(o.listen)) {
-    return make_error("--listen " + o.listen + ": expected ADDR:PORT, e.g. 127.0.0.1:9464");
-  }
-  if (vm.count("db")) o.db = vm["db"].as<std::string>();
-  if (vm.count("max-db")) {
-    auto size = parse_size(vm["max-db"].as<std::string>());
-    if (!size) return make_error("--max-db: " + size.error().message);
-    if (*size < (1u << 20)) return make_error("--max-db must be at least 1MiB");
-    o.max_db = *size;
-  }
-  auto retention = duration_flag(vm, "retention", o.retention);
-  if (!retention) return retention.error();
-  o.retention = *retention;
-  if (vm.count("max-cgroups")) o.max_cgroups = vm["max-cgroups"].as<size_t>();
-  o.verbose = vm.count("verbose") > 0;
-  auto window = duration_flag(vm, "window", o.window);
-  if (!window) return window.error();
-  o.window = *window;
-  auto outlier = duration_flag(vm, "outlier-threshold", o.outlier_threshold);
-  if (!outlier) return outlier.error();
-  o.outlier_threshold = *outlier;
-  auto rescan = duration_flag(vm, "rescan-interval", o.rescan_interval);
-  if (!rescan) return rescan.error();
-  o.rescan_interval = *rescan;
-  if (vm.count("kube-api")) o.kube_api = vm["kube-api"].as<std::string>();
-  if (vm.count("kube-node")) o.kube_node = vm["kube-node"].as<std::string>();
-  auto kube_refresh = duration_flag(vm, "kube-refresh", o.kube_refresh);
-  if (!kube_refresh) return kube_refresh.error();
-  if (*kube_refresh < std::chrono::seconds(1)) return make_error("--kube-refresh must be at least 1s");
-  o.kube_refresh = *kube_refresh;
-  auto linger = duration_flag(vm, "detach-linger", o.detach_linger, true);
-  if (!linger) return linger.error();
-  o.detach_linger = *linger;
-  for (const auto& f : otlp::push_flag_infos()) {
-    if (!vm.count(f.name)) continue;
-    std::vector<std::string> values;
-    if (f.repeatable) {
-      values = vm[f.name].as<std::vector<std::string>>();
-    } else {
-      values.push_back(vm[f.name].as<std::string>());
-    }
-    for (const auto& v : values) {
-      auto set = otlp::set_push_flag(o.otlp, f.name, v);
-      if (!set) return set.error();
-    }
-  }
-  return o;
+  return resolve(flags, file_layer, std::move(o));
 }
 
 }  // namespace stallwatch::cli

@@ -1,16 +1,23 @@
-// Flags of `stallwatch run`, from the command line and from --config FILE (same long names,
-// `name = value` lines); the command line wins. Parsing is pure apart from reading the file.
+// Flags of `stallwatch run`, from the command line, STALLWATCH_* environment variables and
+// --config FILE (same long names, `name = value` lines). Precedence: command line >
+// STALLWATCH_<FLAG> > (OTEL_*, for the OTLP settings: otlp::resolve_push_config) > config file
+// > default. Parsing is pure apart from reading the file: the environment is passed in.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "common/result.h"
 #include "metrics/otlp/config.h"
 
 namespace stallwatch::cli {
+
+// STALLWATCH_OUTLIER_THRESHOLD for --outlier-threshold (cli/flags.h: env_var_name).
+inline constexpr const char* kRunEnvPrefix = "STALLWATCH_";
 
 struct RunOptions {
   std::string listen = "0.0.0.0:9464";
@@ -25,14 +32,32 @@ struct RunOptions {
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL
   std::string kube_node;  // --kube-node: "" = $NODE_NAME, else the hostname
   std::chrono::nanoseconds kube_refresh = std::chrono::seconds(60);  // --kube-refresh
-  otlp::PushFlags otlp;  // --otlp-*; merged with OTEL_* by otlp::resolve_push_config
+  // --otlp-* from the command line and STALLWATCH_OTLP_*, and those of the config file, which
+  // rank below OTEL_*; merged by otlp::resolve_push_config.
+  otlp::PushFlags otlp;
+  otlp::PushFlags otlp_file;
   std::string config;
-  bool verbose = false;
+  LogSettings log;       // --log.level, --log.format, -v
+  bool verbose = false;  // debug logging (-v or --log.level=debug)
   bool help = false;
+  // Flags whose value came from the environment, and the variable's name.
+  std::map<std::string, std::string> from_env;
+
+  bool operator==(const RunOptions&) const = default;
 };
 
-// argv excludes the program and subcommand names. A `help` result carries the usage text in
-// `usage`.
+// args exclude the program and subcommand names; env holds "NAME=value" strings (environ).
+// A `help` result carries the usage text in `usage`.
+Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
+                                     const std::vector<std::string>& env, std::string* usage);
+// The same without environment variables.
 Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::string* usage);
+
+// The long names of every run flag, in --help order (each has a STALLWATCH_ variable but help).
+std::vector<std::string> run_flag_names();
+
+// A message about `--flag` from a later check (OTLP, Kubernetes) with the flag replaced by its
+// STALLWATCH_ variable when the value came from there.
+std::string name_run_flag_source(const RunOptions& o, const std::string& message);
 
 }  // namespace stallwatch::cli

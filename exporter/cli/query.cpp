@@ -15,6 +15,7 @@
 #include <optional>
 #include <string_view>
 
+#include "cli/flags.h"
 #include "common/json.h"
 #include "store/sqlite.h"
 
@@ -47,53 +48,47 @@ struct Options {
   bool help = false;
 };
 
-// A usage error: the message, already prefixed, or nullopt.
+// A usage error's message, or nullopt.
 std::optional<std::string> parse(const std::vector<std::string>& args, Options& o) {
-  bool have_sql = false;
-  bool positional_only = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    const std::string& a = args[i];
-    std::string value;
-    auto take = [&](std::string_view flag) -> std::optional<std::string> {
-      if (a == flag) {
-        if (i + 1 >= args.size()) return std::string(flag) + " needs a value";
-        value = args[++i];
-        return std::nullopt;
-      }
-      value = a.substr(flag.size() + 1);
-      return std::nullopt;
-    };
-    if (!positional_only && (a == "-h" || a == "--help")) {
-      o.help = true;
-      return std::nullopt;
-    }
-    if (!positional_only && (a == "--db" || a.starts_with("--db="))) {
-      if (auto e = take("--db")) return e;
-      if (value.empty()) return std::string("--db needs a path");
-      o.db = value;
-    } else if (!positional_only && (a == "--format" || a.starts_with("--format="))) {
-      if (auto e = take("--format")) return e;
-      if (value == "table") {
-        o.format = Format::kTable;
-      } else if (value == "csv") {
-        o.format = Format::kCsv;
-      } else if (value == "json") {
-        o.format = Format::kJson;
-      } else {
-        return "unknown format '" + value + "' (table, csv or json)";
-      }
-    } else if (!positional_only && a == "--") {
-      positional_only = true;
-    } else if (!positional_only && a.size() > 1 && a[0] == '-') {
-      return "unknown option " + a;
-    } else if (have_sql) {
-      return std::string("give the SQL as one argument, quoted: stallwatch query 'SELECT ...'");
+  po::options_description desc;
+  // clang-format off
+  desc.add_options()
+    ("help,h", "")
+    ("db", po::value<std::string>(), "")
+    ("format", po::value<std::string>(), "")
+    ("sql", po::value<std::vector<std::string>>(), "");
+  // clang-format on
+  po::positional_options_description positional;
+  positional.add("sql", -1);
+  auto vm = parse_flags(args, desc, &positional);
+  if (!vm) return vm.error().message;
+  if (vm->count("help")) {
+    o.help = true;
+    return std::nullopt;
+  }
+  if (vm->count("db")) {
+    o.db = (*vm)["db"].as<std::string>();
+    if (o.db.empty()) return std::string("--db needs a path");
+  }
+  if (vm->count("format")) {
+    const std::string value = (*vm)["format"].as<std::string>();
+    if (value == "table") {
+      o.format = Format::kTable;
+    } else if (value == "csv") {
+      o.format = Format::kCsv;
+    } else if (value == "json") {
+      o.format = Format::kJson;
     } else {
-      o.sql = a;
-      have_sql = true;
+      return "unknown format '" + value + "' (table, csv or json)";
     }
   }
-  if (!have_sql) return std::string("no SQL statement given");
+  const auto sql =
+      vm->count("sql") ? (*vm)["sql"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  if (sql.size() > 1) {
+    return std::string("give the SQL as one argument, quoted: stallwatch query 'SELECT ...'");
+  }
+  if (sql.empty()) return std::string("no SQL statement given");
+  o.sql = sql.front();
   return std::nullopt;
 }
 

@@ -174,6 +174,47 @@ Result<Ok> set_push_flag(PushFlags& flags, const std::string& name, const std::s
 
 Result<PushConfig> resolve_push_config(const PushFlags& flags, const Getenv& getenv,
                                        const std::string& host_name, const std::string& version) {
+  return resolve_push_config(flags, PushFlags{}, getenv, host_name, version);
+}
+
+Result<PushConfig> resolve_push_config(const PushFlags& given, const PushFlags& file,
+                                       const Getenv& getenv, const std::string& host_name,
+                                       const std::string& version) {
+  // The config file fills each setting that neither a flag nor its OTEL_* variables set.
+  PushFlags flags = given;
+  auto env_unset = [&](std::initializer_list<const char*> vars) {
+    return std::all_of(vars.begin(), vars.end(),
+                       [&](const char* var) { return env(getenv, var).empty(); });
+  };
+  bool endpoint_from_file = false;
+  if (flags.endpoint.empty() && !file.endpoint.empty() &&
+      env_unset({"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"})) {
+    flags.endpoint = file.endpoint;
+    endpoint_from_file = true;
+  }
+  if (flags.logs_endpoint.empty() && env_unset({"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT"})) {
+    flags.logs_endpoint = file.logs_endpoint;
+  }
+  if (flags.temporality.empty() &&
+      env_unset({"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"})) {
+    flags.temporality = file.temporality;
+  }
+  if (flags.histogram.empty() &&
+      env_unset({"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"})) {
+    flags.histogram = file.histogram;
+  }
+  if (flags.compression.empty() &&
+      env_unset({"OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION"})) {
+    flags.compression = file.compression;
+  }
+  if (!flags.interval && env_unset({"OTEL_METRIC_EXPORT_INTERVAL"})) flags.interval = file.interval;
+  if (!flags.timeout &&
+      env_unset({"OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"})) {
+    flags.timeout = file.timeout;
+  }
+  if (!flags.max_retry_time) flags.max_retry_time = file.max_retry_time;
+  if (!flags.max_queue) flags.max_queue = file.max_queue;
+
   PushConfig c;
   if (const std::string protocol = lower(env(getenv, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL").empty()
                                              ? env(getenv, "OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -195,6 +236,12 @@ Result<PushConfig> resolve_push_config(const PushFlags& flags, const Getenv& get
     } else {
       c.delivery.metrics_url = signal_url(flags.endpoint, "/v1/metrics");
       c.delivery.logs_url = signal_url(flags.endpoint, "/v1/logs");
+    }
+    // The file's endpoint is below OTEL_*: the logs variable still wins for the logs.
+    if (std::string l = env(getenv, "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT");
+        endpoint_from_file && !l.empty()) {
+      if (!is_http_url(l)) return bad_url("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", l);
+      c.delivery.logs_url = l;
     }
   } else {
     if (!base_env.empty()) {
@@ -230,7 +277,7 @@ Result<PushConfig> resolve_push_config(const PushFlags& flags, const Getenv& get
   }
 
   // Headers: all signals, then the signal's own, then the flags.
-  Headers common, metrics, logs, flag_headers;
+  Headers common, metrics, logs, flag_headers, file_headers;
   for (const auto& [var, into] : {std::pair{"OTEL_EXPORTER_OTLP_HEADERS", &common},
                                   std::pair{"OTEL_EXPORTER_OTLP_METRICS_HEADERS", &metrics},
                                   std::pair{"OTEL_EXPORTER_OTLP_LOGS_HEADERS", &logs}}) {
@@ -238,19 +285,29 @@ Result<PushConfig> resolve_push_config(const PushFlags& flags, const Getenv& get
     if (!parsed) return parsed.error();
     *into = *parsed;
   }
-  for (size_t i = 0; i < flags.headers.size(); ++i) {
-    const std::string& h = flags.headers[i];
-    const size_t eq = h.find('=');
-    if (eq == std::string::npos || trim(h.substr(0, eq)).empty()) {
-      return make_error("--otlp-header number " + std::to_string(i + 1) +
-                        " is not KEY=VALUE (e.g. --otlp-header dd-api-key=$DD_API_KEY)");
+  auto parse_flag_headers = [](const std::vector<std::string>& list, Headers& into,
+                               const char* where) -> Result<Ok> {
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string& h = list[i];
+      const size_t eq = h.find('=');
+      if (eq == std::string::npos || trim(h.substr(0, eq)).empty()) {
+        return make_error("--otlp-header number " + std::to_string(i + 1) + where +
+                          " is not KEY=VALUE (e.g. --otlp-header dd-api-key=$DD_API_KEY)");
+      }
+      into.emplace_back(trim(h.substr(0, eq)), trim(h.substr(eq + 1)));
     }
-    flag_headers.emplace_back(trim(h.substr(0, eq)), trim(h.substr(eq + 1)));
+    return Ok{};
+  };
+  if (auto r = parse_flag_headers(flags.headers, flag_headers, ""); !r) return r.error();
+  if (auto r = parse_flag_headers(file.headers, file_headers, " in the config file"); !r) {
+    return r.error();
   }
-  c.delivery.headers = common;
+  c.delivery.headers = file_headers;
+  merge(c.delivery.headers, common);
   merge(c.delivery.headers, metrics);
   merge(c.delivery.headers, flag_headers);
-  c.logs_headers = common;
+  c.logs_headers = file_headers;
+  merge(c.logs_headers, common);
   merge(c.logs_headers, logs);
   merge(c.logs_headers, flag_headers);
 
@@ -354,10 +411,15 @@ Result<PushConfig> resolve_push_config(const PushFlags& flags, const Getenv& get
 }
 
 Result<PushConfig> push_config_from_environment(const PushFlags& flags, const std::string& version) {
+  return push_config_from_environment(flags, PushFlags{}, version);
+}
+
+Result<PushConfig> push_config_from_environment(const PushFlags& flags, const PushFlags& file,
+                                                const std::string& version) {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return resolve_push_config(flags, [](const char* name) { return std::getenv(name); }, host,
-                             version);
+  return resolve_push_config(flags, file, [](const char* name) { return std::getenv(name); },
+                             host, version);
 }
 
 std::string describe(const PushConfig& c) {

@@ -30,6 +30,7 @@ struct PushFlags {
   std::optional<std::chrono::nanoseconds> timeout;         // --otlp-timeout
   std::optional<std::chrono::nanoseconds> max_retry_time;  // --otlp-max-retry-time
   std::optional<std::uint64_t> max_queue;                  // --otlp-max-queue
+  bool operator==(const PushFlags&) const = default;
 };
 
 // The --otlp-* flags of `run` and `demo`: name (without --), value name, help.
@@ -60,8 +61,17 @@ using Getenv = std::function<const char*(const char*)>;
 Result<PushConfig> resolve_push_config(const PushFlags& flags, const Getenv& getenv,
                                        const std::string& host_name, const std::string& version);
 
+// The same with a lower layer: `file` (the --otlp-* settings of run's --config file) sets what
+// neither a flag nor an OTEL_* variable sets; its headers come first, so OTEL_* and flag headers
+// override them key by key. Precedence: flag > OTEL_* > file > default.
+Result<PushConfig> resolve_push_config(const PushFlags& flags, const PushFlags& file,
+                                       const Getenv& getenv, const std::string& host_name,
+                                       const std::string& version);
+
 // resolve_push_config with this process's environment and host name.
 Result<PushConfig> push_config_from_environment(const PushFlags& flags, const std::string& version);
+Result<PushConfig> push_config_from_environment(const PushFlags& flags, const PushFlags& file,
+                                                const std::string& version);
 
 // One line for the log and `check`: URLs without credentials or query, header keys only.
 std::string describe(const PushConfig& c);

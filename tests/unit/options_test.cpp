@@ -1,5 +1,6 @@
 // Unit tests for exporter/common/duration.h (durations as users write them) and
-// exporter/cli/options.h (flags of `stallwatch run`, from the command line and --config).
+// exporter/cli/options.h (flags of `stallwatch run`, from the command line, STALLWATCH_*
+// variables and --config, and their precedence with OTEL_* for the OTLP settings).
 #include "cli/options.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "cli/flags.h"
 #include "common/duration.h"
 
 namespace stallwatch {
@@ -254,6 +257,246 @@ TEST_F(ConfigFile, Unreadable) {
   const std::string message = error_of({"--config", path});
   EXPECT_TRUE(contains(message, path)) << message;
   EXPECT_TRUE(contains(message, "cannot read config file")) << message;
+}
+
+
+// ---- STALLWATCH_* environment variables ----
+
+Result<RunOptions> parse_env(const std::vector<std::string>& args,
+                             const std::vector<std::string>& env) {
+  return parse_run_options(args, env, nullptr);
+}
+
+std::string env_error_of(const std::vector<std::string>& env) {
+  const auto o = parse_env({}, env);
+  EXPECT_FALSE(o.ok());
+  return o.ok() ? "" : o.error().message;
+}
+
+// A value for every run flag, each different from the default. A new flag fails
+// EveryFlagHasItsVariable until it has one here.
+const std::map<std::string, std::string>& samples() {
+  static const std::map<std::string, std::string> kSamples = {
+      {"listen", "127.0.0.1:9100"},
+      {"db", "/tmp/sw-env.db"},
+      {"max-db", "1GiB"},
+      {"retention", "12h"},
+      {"window", "2s"},
+      {"outlier-threshold", "2ms"},
+      {"rescan-interval", "1m"},
+      {"detach-linger", "5s"},
+      {"max-cgroups", "16"},
+      {"kube-api", "none"},
+      {"kube-node", "gpu-node-7"},
+      {"kube-refresh", "2m"},
+      {"log.level", "warn"},
+      {"log.format", "json"},
+      {"verbose", ""},  // a switch: `--verbose` / STALLWATCH_VERBOSE=true
+      {"otlp-endpoint", "http://127.0.0.1:4318"},
+      {"otlp-logs-endpoint", "none"},
+      {"otlp-header", "dd-api-key=k"},
+      {"otlp-temporality", "delta"},
+      {"otlp-histogram", "exponential"},
+      {"otlp-interval", "30s"},
+      {"otlp-compression", "none"},
+      {"otlp-timeout", "5s"},
+      {"otlp-max-retry-time", "1m"},
+      {"otlp-max-queue", "1MiB"},
+      {"config", ""},  // the ConfigFile fixture's file
+  };
+  return kSamples;
+}
+
+TEST_F(ConfigFile, EveryFlagHasItsVariable) {
+  const std::string config = write("max-cgroups = 8\n");
+  const auto defaults = parse({});
+  ASSERT_TRUE(defaults.ok());
+  const std::vector<std::string> names = run_flag_names();
+  ASSERT_GT(names.size(), 20u);
+  for (const std::string& name : names) {
+    if (name == "help") continue;  // not a setting
+    const auto sample = samples().find(name);
+    ASSERT_NE(sample, samples().end()) << "add a sample value for --" << name << " to samples()";
+    const std::string value = name == "config" ? config : sample->second;
+    const bool is_switch = name == "verbose";
+    const std::string var = env_var_name(kRunEnvPrefix, name);
+    EXPECT_TRUE(var.starts_with("STALLWATCH_")) << var;
+    EXPECT_EQ(var.find_first_of("-.abcdefghijklmnopqrstuvwxyz"), std::string::npos) << var;
+
+    const auto flag = is_switch ? parse({"--" + name}) : parse({"--" + name, value});
+    ASSERT_TRUE(flag.ok()) << name << ": " << flag.error().message;
+    EXPECT_FALSE(*flag == *defaults) << "the sample for --" << name << " is its default";
+    auto from_env = parse_env({}, {var + "=" + (is_switch ? "true" : value)});
+    ASSERT_TRUE(from_env.ok()) << var << ": " << from_env.error().message;
+    EXPECT_EQ(from_env->from_env[name], var);
+    from_env->from_env.clear();
+    EXPECT_TRUE(*from_env == *flag) << var << " does not set what --" << name << " sets";
+  }
+}
+
+TEST(ParseRunOptionsTest, RepeatedFlagIsStillAnError) {
+  const std::string message = error_of({"--window", "1s", "--window", "2s"});
+  EXPECT_TRUE(contains(message, "'--window' cannot be specified more than once")) << message;
+}
+
+TEST(RunEnvironmentTest, NamesAndRepeatableLists) {
+  EXPECT_EQ(env_var_name(kRunEnvPrefix, "outlier-threshold"), "STALLWATCH_OUTLIER_THRESHOLD");
+  EXPECT_EQ(env_var_name(kRunEnvPrefix, "log.level"), "STALLWATCH_LOG_LEVEL");
+  const auto o = parse_env({}, {"STALLWATCH_OTLP_HEADER=a=1, b=2", "STALLWATCH_VERBOSE=false"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->otlp.headers, (std::vector<std::string>{"a=1", "b=2"}));
+  EXPECT_FALSE(o->verbose);
+  // The command line's headers add to the environment's and come last (they win by key).
+  const auto both = parse_env({"--otlp-header", "c=3"}, {"STALLWATCH_OTLP_HEADER=a=1"});
+  ASSERT_TRUE(both.ok()) << both.error().message;
+  EXPECT_EQ(both->otlp.headers, (std::vector<std::string>{"a=1", "c=3"}));
+}
+
+TEST(RunEnvironmentTest, OtherVariablesAreIgnored) {
+  // STALLWATCH_OPTS is the systemd unit's; empty values are unset, as for OTEL_*.
+  const auto o = parse_env({}, {"STALLWATCH_OPTS=--window 1s", "STALLWATCH_BIN=/x",
+                                "STALLWATCH_WINDOW=", "STALLWATCH_HELP=1", "WINDOW=1s",
+                                "stallwatch_window=1s", "PATH=/usr/bin"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_TRUE(*o == *parse({}));
+}
+
+TEST(RunEnvironmentTest, MalformedValueNamesTheVariable) {
+  struct Case {
+    const char* env;
+    const char* want;
+  };
+  for (const Case& c : {
+           Case{"STALLWATCH_WINDOW=5", "STALLWATCH_WINDOW: invalid duration '5'"},
+           Case{"STALLWATCH_WINDOW=0s", "STALLWATCH_WINDOW must be greater than 0"},
+           Case{"STALLWATCH_KUBE_REFRESH=10ms", "STALLWATCH_KUBE_REFRESH must be at least 1s"},
+           Case{"STALLWATCH_LISTEN=9464", "STALLWATCH_LISTEN 9464: expected ADDR:PORT"},
+           Case{"STALLWATCH_MAX_DB=12XB", "STALLWATCH_MAX_DB: unknown size unit"},
+           Case{"STALLWATCH_MAX_CGROUPS=many", "STALLWATCH_MAX_CGROUPS: "},
+           Case{"STALLWATCH_VERBOSE=maybe", "STALLWATCH_VERBOSE: expected true or false"},
+           Case{"STALLWATCH_LOG_LEVEL=loud", "STALLWATCH_LOG_LEVEL: unknown level 'loud'"},
+           Case{"STALLWATCH_OTLP_INTERVAL=soon", "STALLWATCH_OTLP_INTERVAL: invalid duration"},
+           Case{"STALLWATCH_CONFIG=/nonexistent/sw.conf",
+                "cannot read config file /nonexistent/sw.conf named by STALLWATCH_CONFIG"},
+       }) {
+    const std::string message = env_error_of({c.env});
+    EXPECT_TRUE(message.starts_with(c.want)) << c.env << " -> " << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+TEST(RunEnvironmentTest, LaterErrorsNameTheVariable) {
+  const auto o = parse_env({}, {"STALLWATCH_OTLP_ENDPOINT=ftp://collector"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  const auto push = otlp::resolve_push_config(
+      o->otlp, o->otlp_file, [](const char*) -> const char* { return nullptr; }, "host", "1.0");
+  ASSERT_FALSE(push.ok());
+  EXPECT_TRUE(name_run_flag_source(*o, push.error().message)
+                  .starts_with("STALLWATCH_OTLP_ENDPOINT ftp://collector: expected an http://"))
+      << name_run_flag_source(*o, push.error().message);
+  EXPECT_EQ(name_run_flag_source(*o, "--otlp-endpoint-other x"), "--otlp-endpoint-other x");
+  EXPECT_EQ(name_run_flag_source(*parse({}), "--window x"), "--window x");
+}
+
+TEST(RunLogFlagsTest, LevelFormatAndVerbose) {
+  const auto defaults = parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->log, LogSettings{});
+  const auto warn = parse({"--log.level=warn", "--log.format", "logfmt"});
+  ASSERT_TRUE(warn.ok()) << warn.error().message;
+  EXPECT_EQ(warn->log.level, LogLevel::kWarn);
+  EXPECT_EQ(warn->log.format, LogFormat::kLogfmt);
+  EXPECT_FALSE(warn->verbose);
+  const auto debug = parse({"--log.level", "debug"});
+  ASSERT_TRUE(debug.ok());
+  EXPECT_TRUE(debug->verbose) << "-v and --log.level=debug are the same";
+  const auto v = parse({"-v", "--log.format=json"});
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->log.level, LogLevel::kDebug);
+  EXPECT_EQ(v->log.format, LogFormat::kJson);
+  EXPECT_EQ(error_of({"--log.level", "trace"}),
+            "--log.level: unknown level 'trace'; use debug, info, warn or error");
+  EXPECT_EQ(error_of({"--log.format", "text"}),
+            "--log.format: unknown format 'text'; use logfmt or json");
+  // The command line's -v is above the environment's level.
+  const auto layered = parse_env({"-v"}, {"STALLWATCH_LOG_LEVEL=error"});
+  ASSERT_TRUE(layered.ok()) << layered.error().message;
+  EXPECT_EQ(layered->log.level, LogLevel::kDebug);
+}
+
+TEST_F(ConfigFile, PrecedenceFlagOverEnvironmentOverFileOverDefault) {
+  const std::string path =
+      write("window = 2s\nretention = 12h\nmax-cgroups = 32\nlog.format = logfmt\n");
+  const auto o = parse_env({"--config", path, "--window", "4s"},
+                           {"STALLWATCH_WINDOW=3s", "STALLWATCH_RETENTION=1d"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->window, 4s);        // flag
+  EXPECT_EQ(o->retention, 24h);    // environment over the file
+  EXPECT_EQ(o->max_cgroups, 32u);  // file
+  EXPECT_EQ(o->log.format, LogFormat::kLogfmt);
+  EXPECT_EQ(o->outlier_threshold, 1ms);  // default
+  EXPECT_EQ(o->from_env,
+            (std::map<std::string, std::string>{{"retention", "STALLWATCH_RETENTION"}}));
+
+  // The file can come from STALLWATCH_CONFIG; --config wins over it.
+  const auto via_env = parse_env({}, {"STALLWATCH_CONFIG=" + path});
+  ASSERT_TRUE(via_env.ok()) << via_env.error().message;
+  EXPECT_EQ(via_env->config, path);
+  EXPECT_EQ(via_env->window, 2s);
+  const auto flag_wins = parse_env({"--config", path}, {"STALLWATCH_CONFIG=/nonexistent"});
+  ASSERT_TRUE(flag_wins.ok()) << flag_wins.error().message;
+  EXPECT_EQ(flag_wins->config, path);
+}
+
+TEST_F(ConfigFile, BadValueInFileIsNamedByTheFlagEvenWithEnvironment) {
+  const std::string path = write("window = 0s\n");
+  const auto o = parse_env({"--config", path}, {"STALLWATCH_RETENTION=1d"});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.error().message, "--window must be greater than 0");
+  // Set above the file, the file's bad value is never read.
+  EXPECT_TRUE(parse_env({"--config", path}, {"STALLWATCH_WINDOW=1s"}).ok());
+}
+
+// OTLP settings: flag > STALLWATCH_OTLP_* > OTEL_* > config file > default.
+TEST_F(ConfigFile, OtlpPrecedenceWithOtelVariables) {
+  const std::string path = write(
+      "otlp-endpoint = http://file:4318\notlp-temporality = delta\notlp-timeout = 3s\n"
+      "otlp-header = k=file\notlp-header = x=file\n");
+  std::map<std::string, std::string> otel = {{"OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"},
+                                             {"OTEL_EXPORTER_OTLP_HEADERS", "k=otel,y=otel"},
+                                             {"OTEL_EXPORTER_OTLP_TIMEOUT", "7000"}};
+  auto getenv = [&](const char* name) -> const char* {
+    auto it = otel.find(name);
+    return it == otel.end() ? nullptr : it->second.c_str();
+  };
+  const auto o = parse_env({"--config", path, "--otlp-header", "k=flag"},
+                           {"STALLWATCH_OTLP_HISTOGRAM=exponential"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->otlp.headers, (std::vector<std::string>{"k=flag"}));
+  EXPECT_EQ(o->otlp_file.endpoint, "http://file:4318");
+  auto c = otlp::resolve_push_config(o->otlp, o->otlp_file, getenv, "host", "1.0");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->delivery.metrics_url, "http://otel:4318/v1/metrics");  // OTEL_* over the file
+  EXPECT_EQ(c->delivery.timeout, 7s);                                 // OTEL_* over the file
+  EXPECT_EQ(c->temporality, otlp::Temporality::kDelta);               // the file
+  EXPECT_EQ(c->histogram, otlp::HistogramFormat::kExponential);       // STALLWATCH_*
+  EXPECT_EQ(c->delivery.headers, (otlp::Headers{{"k", "flag"}, {"x", "file"}, {"y", "otel"}}));
+
+  // STALLWATCH_OTLP_ENDPOINT is above OTEL_*; without OTEL_* the file's endpoint is used.
+  const auto env = parse_env({"--config", path}, {"STALLWATCH_OTLP_ENDPOINT=http://sw:4318"});
+  ASSERT_TRUE(env.ok()) << env.error().message;
+  c = otlp::resolve_push_config(env->otlp, env->otlp_file, getenv, "host", "1.0");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->delivery.metrics_url, "http://sw:4318/v1/metrics");
+  otel.clear();
+  c = otlp::resolve_push_config(env->otlp, o->otlp_file, getenv, "host", "1.0");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->delivery.metrics_url, "http://sw:4318/v1/metrics");
+  c = otlp::resolve_push_config(otlp::PushFlags{}, o->otlp_file, getenv, "host", "1.0");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->delivery.metrics_url, "http://file:4318/v1/metrics");
+  EXPECT_EQ(c->delivery.timeout, 3s);
+  EXPECT_EQ(c->delivery.headers, (otlp::Headers{{"k", "file"}, {"x", "file"}}));
 }
 
 }  // namespace
