@@ -124,7 +124,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   programs.exit = (*tracer)->call_exit_program();
   programs.nccl_enter = (*tracer)->nccl_enter_program();
   programs.nccl_exit = (*tracer)->nccl_exit_program();
-  const host::Procfs fs;
+  const host::Procfs fs(o.procfs, o.sysfs);
   trace::Discovery discovery(
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),

@@ -48,7 +48,10 @@ po::options_description run_options_description() {
     ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
      "$NODE_NAME, else the hostname)")
     ("kube-refresh", po::value<std::string>(), "list the node's pods this often (default 60s; a "
-     "new pod is looked up at once, at most every 5s)");
+     "new pod is looked up at once, at most every 5s)")
+    ("path.procfs", po::value<std::string>(), "the host's procfs mount point (default /proc; "
+     "e.g. /host/proc in a container)")
+    ("path.sysfs", po::value<std::string>(), "the host's sysfs mount point (default /sys)");
   // clang-format on
   add_log_flags(desc);
   for (const auto& f : otlp::push_flag_infos()) {
@@ -164,6 +167,14 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     return make_error(source + " must be at least 1s");
   }
   o.kube_refresh = *kube_refresh;
+  for (auto [name, into] : {std::pair{"path.procfs", &o.procfs}, std::pair{"path.sysfs", &o.sysfs}}) {
+    const std::string* path = text_flag(flags, name, &source);
+    if (!path) continue;
+    if (path->empty() || (*path)[0] != '/') {
+      return make_error(source + ": expected an absolute path, e.g. /host/proc");
+    }
+    *into = path->size() > 1 && path->back() == '/' ? path->substr(0, path->size() - 1) : *path;
+  }
   auto linger = duration_flag(flags, "detach-linger", o.detach_linger, true);
   if (!linger) return linger.error();
   o.detach_linger = *linger;

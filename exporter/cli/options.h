@@ -32,6 +32,8 @@ struct RunOptions {
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL
   std::string kube_node;  // --kube-node: "" = $NODE_NAME, else the hostname
   std::chrono::nanoseconds kube_refresh = std::chrono::seconds(60);  // --kube-refresh
+  std::string procfs = "/proc";  // --path.procfs: the host's procfs (a container mounts it elsewhere)
+  std::string sysfs = "/sys";    // --path.sysfs
   // --otlp-* from the command line and STALLWATCH_OTLP_*, and those of the config file, which
   // rank below OTEL_*; merged by otlp::resolve_push_config.
   otlp::PushFlags otlp;

@@ -197,6 +197,20 @@ TEST(ParseRunOptionsTest, KubernetesFlags) {
   EXPECT_TRUE(contains(bad, "'often'")) << bad;
 }
 
+TEST(ParseRunOptionsTest, HostPaths) {
+  const auto defaults = parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->procfs, "/proc");
+  EXPECT_EQ(defaults->sysfs, "/sys");
+  const auto o = parse({"--path.procfs", "/host/proc/", "--path.sysfs=/host/sys"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->procfs, "/host/proc") << "a trailing slash is dropped";
+  EXPECT_EQ(o->sysfs, "/host/sys");
+  EXPECT_EQ(error_of({"--path.procfs", "host/proc"}),
+            "--path.procfs: expected an absolute path, e.g. /host/proc");
+  EXPECT_EQ(error_of({"--path.sysfs", ""}), "--path.sysfs: expected an absolute path, e.g. /host/proc");
+}
+
 TEST(ParseRunOptionsTest, Help) {
   std::string usage;
   const auto o = parse({"--help"}, &usage);
@@ -289,6 +303,8 @@ const std::map<std::string, std::string>& samples() {
       {"kube-api", "none"},
       {"kube-node", "gpu-node-7"},
       {"kube-refresh", "2m"},
+      {"path.procfs", "/host/proc"},
+      {"path.sysfs", "/host/sys"},
       {"log.level", "warn"},
       {"log.format", "json"},
       {"verbose", ""},  // a switch: `--verbose` / STALLWATCH_VERBOSE=true
