@@ -21,7 +21,11 @@ std::string Engine::new_id() {
 std::vector<Finding> Engine::run_rules(const WindowContext& ctx) {
   std::vector<Finding> out;
   for (const auto& p : ctx.view.processes) {
-    seen_.insert({p.cgroup, p.pid});
+    auto [it, fresh] = seen_.try_emplace(p.pid);
+    if (!fresh && it->second.cgroup != p.cgroup) {  // moved: the old (cgroup, pid) is gone
+      moved_.emplace_back(std::move(it->second.cgroup), p.pid);
+    }
+    if (fresh || it->second.cgroup != p.cgroup) it->second = Seen{p.cgroup, 0};
     for (auto& r : rules_) r->process(ctx, p, out);
   }
   for (const auto& [label, s] : ctx.view.series) {
@@ -32,16 +36,25 @@ std::vector<Finding> Engine::run_rules(const WindowContext& ctx) {
 }
 
 // The rules forget the processes that left the snapshot (and those they met in the window
-// without the snapshot listing them).
+// without the snapshot listing them). One pass over the snapshot marks the live ones.
 void Engine::forget_exited(const Snapshot& snap) {
+  for (const auto& [cgroup, pid] : moved_) {
+    for (auto& r : rules_) r->forget(cgroup, pid);
+  }
+  moved_.clear();
+  const std::uint64_t now = ++window_;
+  for (const auto& [label, s] : snap.series) {
+    for (const auto& [pid, info] : s.process_info) {
+      auto it = seen_.find(pid);
+      if (it != seen_.end() && it->second.cgroup == label) it->second.live_window = now;
+    }
+  }
   for (auto it = seen_.begin(); it != seen_.end();) {
-    const auto& [cgroup, pid] = *it;
-    auto s = snap.series.find(cgroup);
-    if (s != snap.series.end() && s->second.process_info.count(pid)) {
+    if (it->second.live_window == now) {
       ++it;
       continue;
     }
-    for (auto& r : rules_) r->forget(cgroup, pid);
+    for (auto& r : rules_) r->forget(it->second.cgroup, it->first);
     it = seen_.erase(it);
   }
   baselines_.forget_exited(snap);

@@ -66,7 +66,14 @@ class Engine {
   std::map<Key, Track> tracks_;
   std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> totals_;
   std::map<std::string, identity::Identity> identities_;  // by cgroup label
-  std::set<std::pair<std::string, int>> seen_;  // (cgroup, pid) the rules may remember
+  // Processes the rules may remember, by pid: their cgroup and the window they were last live.
+  struct Seen {
+    std::string cgroup;
+    std::uint64_t live_window = 0;
+  };
+  std::map<int, Seen> seen_;
+  std::vector<std::pair<std::string, int>> moved_;  // (old cgroup, pid), forgotten after the rules
+  std::uint64_t window_ = 0;  // windows observed
 };
 
 }  // namespace stallwatch::chains

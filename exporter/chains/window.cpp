@@ -109,13 +109,16 @@ IoTotals SeriesWindow::io_total() const {
   return all;
 }
 
+// Both maps are ordered by label: one merge pass, no lookups.
 void set_window_ratios(Snapshot& snap, const WindowView& view) {
+  auto w = view.series.begin();
   for (auto& [label, s] : snap.series) {
-    auto it = view.series.find(label);
-    if (it == view.series.end()) continue;
-    s.runnable_ratio = it->second.runnable_ratio;
-    s.blocked_ratio = it->second.blocked_ratio;
-    s.starvation_ratio = it->second.starvation_ratio;
+    while (w != view.series.end() && w->first < label) ++w;
+    if (w == view.series.end()) break;
+    if (w->first != label) continue;
+    s.runnable_ratio = w->second.runnable_ratio;
+    s.blocked_ratio = w->second.blocked_ratio;
+    s.starvation_ratio = w->second.starvation_ratio;
   }
 }
 
