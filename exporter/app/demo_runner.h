@@ -1,4 +1,4 @@
-// Runs a demo scenario through the same pipeline as `stallwatch run` (chains/pipeline.h):
+// Runs a demo scenario through the same pipeline as `stallwatch run` (app/pipeline.h):
 // chain engine, SQLite store and the /metrics snapshot board, printing each window as the chain
 // forms. Blocking; one runner at a time.
 #pragma once
