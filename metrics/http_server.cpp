@@ -83,95 +83,99 @@ struct HttpServer::Handlers {
 
 // The host evidence of a series (issue 4): what explains a memory, I/O, network or NCCL chain,
 // by process where the snapshot has it.
-static void host_json(std::ostringstream& o, const Series& s) {
+static void add_host_json(Json& o, const Series& s) {
   auto calls = trace::all_calls();
-  o << ",\"starvation_ratio\":" << json_number(s.starvation_ratio) << ",\"reclaim\":{\"direct_ns\":"
-    << s.reclaim.direct_ns << ",\"direct_count\":" << s.reclaim.direct_count
-    << ",\"memcg_ns\":" << s.reclaim.memcg_ns << ",\"memcg_count\":" << s.reclaim.memcg_count
-    << ",\"cuda_ns\":" << s.reclaim.cuda_ns << "},\"oom_kills\":" << s.oom_kills
-    << ",\"oom_kills_cuda\":" << s.oom_kills_cuda << ",\"oom_victims\":[";
-  for (size_t i = 0; i < s.oom_victims.size(); ++i) {
-    const OomKill& k = s.oom_victims[i];
-    o << (i ? "," : "") << "{\"pid\":" << k.pid << ",\"comm\":" << json_string(k.comm)
-      << ",\"cuda\":" << (k.cuda ? "true" : "false") << ",\"at_ns\":" << k.at_ns << "}";
+  o["starvation_ratio"] = json_value(s.starvation_ratio);
+  o["reclaim"] = {{"direct_ns", s.reclaim.direct_ns},
+                  {"direct_count", s.reclaim.direct_count},
+                  {"memcg_ns", s.reclaim.memcg_ns},
+                  {"memcg_count", s.reclaim.memcg_count},
+                  {"cuda_ns", s.reclaim.cuda_ns}};
+  o["oom_kills"] = s.oom_kills;
+  o["oom_kills_cuda"] = s.oom_kills_cuda;
+  Json& victims = o["oom_victims"] = Json::array();
+  for (const OomKill& k : s.oom_victims) {
+    victims.push_back({{"pid", k.pid}, {"comm", k.comm}, {"cuda", k.cuda}, {"at_ns", k.at_ns}});
   }
-  o << "],\"tcp_retransmits\":{\"ipv4\":" << s.tcp_retransmits_ipv4
-    << ",\"ipv6\":" << s.tcp_retransmits_ipv6 << "},\"io_processes\":[";
-  for (size_t i = 0; i < s.io_processes.size(); ++i) {
-    const ProcessIo& p = s.io_processes[i];
-    o << (i ? "," : "") << "{\"pid\":" << p.pid << ",\"comm\":" << json_string(p.comm)
-      << ",\"device\":" << json_string(p.key.device) << ",\"op\":" << json_string(p.key.op)
-      << ",\"count\":" << p.totals.count << ",\"bytes\":" << p.totals.bytes
-      << ",\"sum_ns\":" << p.totals.sum_ns << "}";
+  o["tcp_retransmits"] = {{"ipv4", s.tcp_retransmits_ipv4}, {"ipv6", s.tcp_retransmits_ipv6}};
+  Json& io = o["io_processes"] = Json::array();
+  for (const ProcessIo& p : s.io_processes) {
+    io.push_back({{"pid", p.pid},
+                  {"comm", p.comm},
+                  {"device", p.key.device},
+                  {"op", p.key.op},
+                  {"count", p.totals.count},
+                  {"bytes", p.totals.bytes},
+                  {"sum_ns", p.totals.sum_ns}});
   }
-  o << "],\"nccl_processes\":[";
-  bool first = true;
+  Json& nccl = o["nccl_processes"] = Json::array();
   for (const ProcessNccl& p : s.nccl_processes) {
     if (p.key.call_id >= calls.size()) continue;
-    o << (first ? "" : ",") << "{\"pid\":" << p.pid
-      << ",\"op\":" << json_string(calls[p.key.call_id].name) << ",\"rank\":" << p.key.rank
-      << ",\"world_size\":" << p.key.world_size << ",\"count\":" << p.totals.count
-      << ",\"bytes\":" << p.totals.bytes << ",\"sum_ns\":" << p.totals.sum_ns << "}";
-    first = false;
+    nccl.push_back({{"pid", p.pid},
+                    {"op", calls[p.key.call_id].name},
+                    {"rank", p.key.rank},
+                    {"world_size", p.key.world_size},
+                    {"count", p.totals.count},
+                    {"bytes", p.totals.bytes},
+                    {"sum_ns", p.totals.sum_ns}});
   }
-  o << "]";
 }
 
 std::string snapshot_json(const Snapshot& snap) {
   auto calls = trace::all_calls();
-  std::ostringstream o;
-  o << "{\"sequence\":" << snap.sequence << ",\"ready\":" << (snap.ready ? "true" : "false")
-    << ",\"traced_processes\":" << snap.traced_processes
-    << ",\"attached_libraries\":" << snap.attached_libraries
-    << ",\"attached_probes\":" << snap.attached_probes << ",\"outliers\":" << snap.outliers
-    << ",\"lost\":{";
-  for (unsigned i = 0; i < trace::kLostSources; ++i) {
-    o << (i ? "," : "") << json_string(trace::lost_source_name(i)) << ":" << snap.lost[i];
-  }
-  o << "},\"series\":[";
-  bool first = true;
+  Json o = {{"sequence", snap.sequence},
+            {"ready", snap.ready},
+            {"traced_processes", snap.traced_processes},
+            {"attached_libraries", snap.attached_libraries},
+            {"attached_probes", snap.attached_probes},
+            {"outliers", snap.outliers}};
+  Json& lost = o["lost"] = Json::object();
+  for (unsigned i = 0; i < trace::kLostSources; ++i) lost[trace::lost_source_name(i)] = snap.lost[i];
+  Json& series = o["series"] = Json::array();
   for (const auto& [label, s] : snap.series) {
-    o << (first ? "" : ",") << "{\"cgroup\":" << json_string(label)
-      << ",\"container_id\":" << json_string(s.identity.container_id)
-      << ",\"offcpu\":{\"runnable_ns\":" << s.offcpu.runnable_ns
-      << ",\"blocked_ns\":" << s.offcpu.blocked_ns << ",\"oncpu_ns\":" << s.offcpu.oncpu_ns
-      << ",\"preemptions\":" << s.offcpu.preemptions
-      << ",\"runnable_ratio\":" << json_number(s.runnable_ratio)
-      << ",\"blocked_ratio\":" << json_number(s.blocked_ratio) << "},\"calls\":[";
-    first = false;
-    bool fc = true;
+    Json j = {{"cgroup", label},
+              {"container_id", s.identity.container_id},
+              {"offcpu",
+               {{"runnable_ns", s.offcpu.runnable_ns},
+                {"blocked_ns", s.offcpu.blocked_ns},
+                {"oncpu_ns", s.offcpu.oncpu_ns},
+                {"preemptions", s.offcpu.preemptions},
+                {"runnable_ratio", json_value(s.runnable_ratio)},
+                {"blocked_ratio", json_value(s.blocked_ratio)}}}};
+    Json& jc = j["calls"] = Json::array();
     for (const auto& [id, t] : s.calls) {
       if (id >= calls.size()) continue;
-      o << (fc ? "" : ",") << "{\"call\":" << json_string(calls[id].name)
-        << ",\"api\":" << json_string(trace::api_name(calls[id].api)) << ",\"count\":" << t.count
-        << ",\"sum_ns\":" << t.sum_ns << ",\"runnable_ns\":" << t.runnable_ns
-        << ",\"blocked_ns\":" << t.blocked_ns << ",\"max_ns\":" << t.max_ns
-        << ",\"p50_s\":" << json_number(trace::quantile_upper_seconds(t.buckets, 0.5))
-        << ",\"p99_s\":" << json_number(trace::quantile_upper_seconds(t.buckets, 0.99)) << "}";
-      fc = false;
+      jc.push_back({{"call", calls[id].name},
+                    {"api", trace::api_name(calls[id].api)},
+                    {"count", t.count},
+                    {"sum_ns", t.sum_ns},
+                    {"runnable_ns", t.runnable_ns},
+                    {"blocked_ns", t.blocked_ns},
+                    {"max_ns", t.max_ns},
+                    {"p50_s", json_value(trace::quantile_upper_seconds(t.buckets, 0.5))},
+                    {"p99_s", json_value(trace::quantile_upper_seconds(t.buckets, 0.99))}});
     }
-    o << "],\"processes\":[";
-    fc = true;
+    Json& jp = j["processes"] = Json::array();
     for (const auto& p : s.processes) {
       if (p.call_id >= calls.size()) continue;
-      o << (fc ? "" : ",") << "{\"pid\":" << p.pid << ",\"call\":" << json_string(calls[p.call_id].name)
-        << ",\"count\":" << p.totals.count << ",\"runnable_ns\":" << p.totals.runnable_ns << "}";
-      fc = false;
+      jp.push_back({{"pid", p.pid},
+                    {"call", calls[p.call_id].name},
+                    {"count", p.totals.count},
+                    {"runnable_ns", p.totals.runnable_ns}});
     }
-    o << "],\"preemptors\":[";
-    fc = true;
+    Json& pre = j["preemptors"] = Json::array();
     for (const auto& p : s.preemptors) {
-      o << (fc ? "" : ",") << "{\"pid\":" << p.pid << ",\"comm\":" << json_string(p.comm)
-        << ",\"cgroup\":" << json_string(p.cgroup) << ",\"victim_pid\":" << p.victim_pid
-        << ",\"runnable_ns\":" << p.runnable_ns << ",\"count\":" << p.count << "}";
-      fc = false;
+      pre.push_back({{"pid", p.pid},
+                     {"comm", p.comm},
+                     {"cgroup", p.cgroup},
+                     {"victim_pid", p.victim_pid},
+                     {"runnable_ns", p.runnable_ns},
+                     {"count", p.count}});
     }
-    o << "]";
-    host_json(o, s);
-    o << "}";
+    add_host_json(j, s);
+    series.push_back(std::move(j));
   }
-  o << "]}\n";
-  return o.str();
+  return dump_json(o) + "\n";
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,

@@ -399,32 +399,23 @@ std::string render_text(const CheckReport& report) {
 }
 
 std::string render_json(const CheckReport& report) {
-  std::string out = "{\"ok\":";
-  out += report.tracing_possible() ? "true" : "false";
-  out += ",\"checks\":[";
-  for (size_t n = 0; n < report.items.size(); ++n) {
-    const CheckItem& i = report.items[n];
-    if (n > 0) out += ',';
-    out += "{\"name\":" + json_string(i.name) +
-           ",\"status\":" + json_string(status_name(i.status)) +
-           ",\"detail\":" + json_string(i.detail) + ",\"fix\":" + json_string(i.fix) + '}';
+  Json out = {{"ok", report.tracing_possible()}};
+  Json& checks = out["checks"] = Json::array();
+  for (const CheckItem& i : report.items) {
+    checks.push_back({{"name", i.name},
+                      {"status", status_name(i.status)},
+                      {"detail", i.detail},
+                      {"fix", i.fix}});
   }
-  out += "],\"libraries\":[";
-  for (size_t n = 0; n < report.libraries.size(); ++n) {
-    const CudaLibrary& lib = report.libraries[n];
-    if (n > 0) out += ',';
-    out += "{\"path\":" + json_string(lib.path) + ",\"kind\":" + json_string(lib.kind) +
-           ",\"mapped\":" + (lib.mapped ? "true" : "false") + ",\"pids\":[";
-    for (size_t k = 0; k < lib.pids.size(); ++k) {
-      out += (k > 0 ? "," : "") + std::to_string(lib.pids[k]);
-    }
-    out += "],\"processes\":[";
-    for (size_t k = 0; k < lib.comms.size(); ++k)
-      out += (k > 0 ? "," : "") + json_string(lib.comms[k]);
-    out += "]}";
+  Json& libraries = out["libraries"] = Json::array();
+  for (const CudaLibrary& lib : report.libraries) {
+    libraries.push_back({{"path", lib.path},
+                         {"kind", lib.kind},
+                         {"mapped", lib.mapped},
+                         {"pids", lib.pids},
+                         {"processes", lib.comms}});
   }
-  out += "]}";
-  return out;
+  return dump_json(out);
 }
 
 const char* const kCheckUsage = "usage: stallwatch check [--json]\n";

@@ -22,78 +22,84 @@ using store::ReportChain;
 // Host averages are means of many windows: four decimals say all there is.
 double round4(double v) { return std::round(v * 1e4) / 1e4; }
 
-std::string jnum_or_null(double v, bool known) { return known ? json_number(v) : "null"; }
+Json num_or_null(double v, bool known) { return known ? json_value(v) : Json(nullptr); }
 
-std::string jtime(std::int64_t ns) { return ns > 0 ? json_string(rfc3339(ns)) : "null"; }
+Json time_or_null(std::int64_t ns) { return ns > 0 ? Json(rfc3339(ns)) : Json(nullptr); }
 
-std::string jkey(const char* k) { return json_string(k) + ":"; }
+Json secs(std::uint64_t ns) { return json_value(static_cast<double>(ns) / 1e9); }
 
-std::string json_chain(const ReportChain& c) {
-  std::string o = "{" + jkey("id") + json_string(c.id) + "," + jkey("kind") + json_string(c.kind) +
-                  "," + jkey("severity") + json_string(c.severity) + "," + jkey("peak") +
-                  json_string(c.peak) + "," + jkey("open") + (c.open ? "true" : "false") + "," +
-                  jkey("cgroup") + json_string(c.cgroup) + "," + jkey("container_id") +
-                  json_string(c.container_id) + "," + jkey("pod_uid") + json_string(c.pod_uid) +
-                  "," + jkey("pod") + json_string(c.pod) + "," + jkey("namespace") +
-                  json_string(c.pod_namespace) + "," + jkey("container") +
-                  json_string(c.container) +
-                  "," + jkey("pid") + std::to_string(c.pid) + "," + jkey("comm") +
-                  json_string(c.comm) + "," + jkey("call") + json_string(c.call) + "," +
-                  jkey("api") + json_string(c.api);
-  const std::pair<const char*, double> nums[] = {{"p50_s", c.p50_s},
-                                                 {"p99_s", c.p99_s},
-                                                 {"baseline_p50_s", c.baseline_p50_s},
-                                                 {"baseline_p99_s", c.baseline_p99_s},
-                                                 {"ratio", c.ratio}};
-  for (const auto& [k, v] : nums) o += "," + jkey(k) + json_number(v);
-  o += "," + jkey("opened") + jtime(c.opened_ns) + "," + jkey("updated") + jtime(c.updated_ns) +
-       "," + jkey("closed") + (c.open ? "null" : jtime(c.closed_ns)) + "," + jkey("windows") +
-       std::to_string(c.windows) + "," + jkey("summary") + json_string(c.summary) + "," +
-       jkey("root_cause") + json_string(c.root_cause) + "," + jkey("effect") +
-       json_string(c.effect) + "," + jkey("contributors") + "[";
-  for (size_t i = 0; i < c.contributors.size(); i++) {
-    const auto& k = c.contributors[i];
-    o += std::string(i ? "," : "") + "{" + jkey("comm") + json_string(k.comm) + "," + jkey("pid") +
-         std::to_string(k.pid) + "," + jkey("cgroup") + json_string(k.cgroup) + "," + jkey("role") +
-         json_string(k.role) + "," + jkey("cpu_s") +
-         json_number(static_cast<double>(k.cpu_ns) / 1e9) + "," + jkey("count") +
-         std::to_string(k.count) + "}";
+Json json_chain(const ReportChain& c) {
+  Json o = {{"id", c.id},
+            {"kind", c.kind},
+            {"severity", c.severity},
+            {"peak", c.peak},
+            {"open", c.open},
+            {"cgroup", c.cgroup},
+            {"container_id", c.container_id},
+            {"pod_uid", c.pod_uid},
+            {"pod", c.pod},
+            {"namespace", c.pod_namespace},
+            {"container", c.container},
+            {"pid", c.pid},
+            {"comm", c.comm},
+            {"call", c.call},
+            {"api", c.api},
+            {"p50_s", json_value(c.p50_s)},
+            {"p99_s", json_value(c.p99_s)},
+            {"baseline_p50_s", json_value(c.baseline_p50_s)},
+            {"baseline_p99_s", json_value(c.baseline_p99_s)},
+            {"ratio", json_value(c.ratio)},
+            {"opened", time_or_null(c.opened_ns)},
+            {"updated", time_or_null(c.updated_ns)},
+            {"closed", c.open ? Json(nullptr) : time_or_null(c.closed_ns)},
+            {"windows", c.windows},
+            {"summary", c.summary},
+            {"root_cause", c.root_cause},
+            {"effect", c.effect}};
+  Json& contributors = o["contributors"] = Json::array();
+  for (const auto& k : c.contributors) {
+    contributors.push_back({{"comm", k.comm},
+                            {"pid", k.pid},
+                            {"cgroup", k.cgroup},
+                            {"role", k.role},
+                            {"cpu_s", secs(k.cpu_ns)},
+                            {"count", k.count}});
   }
-  o += "]," + jkey("evidence") + "{";
-  for (size_t i = 0; i < c.evidence.size(); i++) {
-    o += std::string(i ? "," : "") + json_string(c.evidence[i].first) + ":" +
-         json_number(c.evidence[i].second);
-  }
-  return o + "}," + jkey("recommendation") + json_string(c.recommendation) + "}";
+  Json& evidence = o["evidence"] = Json::object();
+  for (const auto& [name, value] : c.evidence) evidence[name] = json_value(value);
+  o["recommendation"] = c.recommendation;
+  return o;
 }
 
-std::string json_process(const ProcessStats& p) {
-  auto secs = [](std::uint64_t ns) { return json_number(static_cast<double>(ns) / 1e9); };
-  std::string o = "{" + jkey("pid") + std::to_string(p.pid) + "," + jkey("comm") +
-                  json_string(p.comm) + "," + jkey("cgroup") + json_string(p.cgroup) + "," +
-                  jkey("calls") + "[";
-  for (size_t i = 0; i < p.calls.size(); i++) {
-    const auto& c = p.calls[i];
-    o += std::string(i ? "," : "") + "{" + jkey("call") + json_string(c.call) + "," + jkey("api") +
-         json_string(c.api) + "," + jkey("count") + std::to_string(c.count) + "," + jkey("p50_s") +
-         json_number(c.p50_s) + "," + jkey("p99_s") + json_number(c.p99_s) + "," + jkey("max_s") +
-         json_number(c.max_s) + "}";
+Json json_process(const ProcessStats& p) {
+  Json o = {{"pid", p.pid}, {"comm", p.comm}, {"cgroup", p.cgroup}};
+  Json& calls = o["calls"] = Json::array();
+  for (const auto& c : p.calls) {
+    calls.push_back({{"call", c.call},
+                     {"api", c.api},
+                     {"count", c.count},
+                     {"p50_s", json_value(c.p50_s)},
+                     {"p99_s", json_value(c.p99_s)},
+                     {"max_s", json_value(c.max_s)}});
   }
-  o += "]," + jkey("offcpu_s") + secs(p.offcpu_ns()) + "," + jkey("runnable_s") +
-       secs(p.runnable_ns) + "," + jkey("blocked_s") + secs(p.blocked_ns) + "," + jkey("wall_s") +
-       secs(p.wall_ns) + "," + jkey("offcpu_share") +
-       jnum_or_null(
-           p.wall_ns ? static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.wall_ns) : 0,
-           p.wall_ns > 0) +
-       "," + jkey("preemptions") + std::to_string(p.preemptions) + "," + jkey("worst_stall_s") +
-       secs(p.worst_stall_ns) + "," + jkey("preemptors") + "[";
-  for (size_t i = 0; i < p.preemptors.size(); i++) {
-    const auto& k = p.preemptors[i];
-    o += std::string(i ? "," : "") + "{" + jkey("comm") + json_string(k.comm) + "," + jkey("pid") +
-         std::to_string(k.pid) + "," + jkey("cgroup") + json_string(k.cgroup) + "," +
-         jkey("cpu_s") + secs(k.cpu_ns) + "," + jkey("count") + std::to_string(k.count) + "}";
+  o["offcpu_s"] = secs(p.offcpu_ns());
+  o["runnable_s"] = secs(p.runnable_ns);
+  o["blocked_s"] = secs(p.blocked_ns);
+  o["wall_s"] = secs(p.wall_ns);
+  o["offcpu_share"] = num_or_null(
+      p.wall_ns ? static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.wall_ns) : 0,
+      p.wall_ns > 0);
+  o["preemptions"] = p.preemptions;
+  o["worst_stall_s"] = secs(p.worst_stall_ns);
+  Json& preemptors = o["preemptors"] = Json::array();
+  for (const auto& k : p.preemptors) {
+    preemptors.push_back({{"comm", k.comm},
+                          {"pid", k.pid},
+                          {"cgroup", k.cgroup},
+                          {"cpu_s", secs(k.cpu_ns)},
+                          {"count", k.count}});
   }
-  return o + "]}";
+  return o;
 }
 
 }  // namespace
@@ -101,35 +107,31 @@ std::string json_process(const ProcessStats& p) {
 std::string render_explain_json(const Report& r) {
   const auto& h = r.host;
   const std::int64_t now = r.query.now_ns;
-  std::string o = "{" + jkey("period") + "{" + jkey("since") + jtime(now - r.query.since_ns) + "," +
-                  jkey("until") + jtime(now) + "," + jkey("seconds") +
-                  json_number(static_cast<double>(r.query.since_ns) / 1e9) + "}," + jkey("cgroup") +
-                  (r.query.cgroup.empty() ? "null" : json_string(r.query.cgroup)) + "," +
-                  jkey("host") + "{" + jkey("hostname") + json_string(h.hostname) + "," +
-                  jkey("windows") + std::to_string(h.windows) + "," + jkey("newest_data") +
-                  jtime(h.newest_ns) + "," + jkey("cpu_busy") +
-                  jnum_or_null(round4(h.cpu_busy), h.cpu_busy >= 0) + "," + jkey("mem_used") +
-                  jnum_or_null(round4(h.mem_used), h.mem_used >= 0) + "," + jkey("load1") +
-                  jnum_or_null(round4(h.load1), h.load1 >= 0) + "," + jkey("cpus") +
-                  (h.cpus > 0 ? std::to_string(h.cpus) : "null") + "," + jkey("swap_used_bytes") +
-                  jnum_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0) + "}," +
-                  jkey("chains") + "[";
-  for (size_t i = 0; i < r.chains.size(); i++) o += (i ? "," : "") + json_chain(r.chains[i]);
-  o += "]," + jkey("traced") + "[";
-  for (size_t i = 0; i < r.traced.size(); i++) {
-    const auto& t = r.traced[i];
-    o += std::string(i ? "," : "") + "{" + jkey("cgroup") + json_string(t.cgroup) + "," +
-         jkey("processes") + std::to_string(t.processes) + "," + jkey("calls") +
-         std::to_string(t.calls) + "}";
+  Json o;
+  o["period"] = {{"since", time_or_null(now - r.query.since_ns)},
+                 {"until", time_or_null(now)},
+                 {"seconds", json_value(static_cast<double>(r.query.since_ns) / 1e9)}};
+  o["cgroup"] = r.query.cgroup.empty() ? Json(nullptr) : Json(r.query.cgroup);
+  o["host"] = {{"hostname", h.hostname},
+               {"windows", h.windows},
+               {"newest_data", time_or_null(h.newest_ns)},
+               {"cpu_busy", num_or_null(round4(h.cpu_busy), h.cpu_busy >= 0)},
+               {"mem_used", num_or_null(round4(h.mem_used), h.mem_used >= 0)},
+               {"load1", num_or_null(round4(h.load1), h.load1 >= 0)},
+               {"cpus", h.cpus > 0 ? Json(h.cpus) : Json(nullptr)},
+               {"swap_used_bytes",
+                num_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0)}};
+  Json& chains = o["chains"] = Json::array();
+  for (const auto& c : r.chains) chains.push_back(json_chain(c));
+  Json& traced = o["traced"] = Json::array();
+  for (const auto& t : r.traced) {
+    traced.push_back({{"cgroup", t.cgroup}, {"processes", t.processes}, {"calls", t.calls}});
   }
-  o += "]";
   if (r.query.per_process) {
-    o += "," + jkey("processes") + "[";
-    for (size_t i = 0; i < r.processes.size(); i++)
-      o += (i ? "," : "") + json_process(r.processes[i]);
-    o += "]";
+    Json& processes = o["processes"] = Json::array();
+    for (const auto& p : r.processes) processes.push_back(json_process(p));
   }
-  return o + "}";
+  return dump_json(o);
 }
 
 const char* const kExplainUsage =

@@ -1,6 +1,7 @@
 #include "common/json.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 namespace stallwatch {
@@ -87,6 +88,17 @@ std::string json_string(std::string_view s) {
   }
   out += '"';
   return out;
+}
+
+Json json_value(double v) {
+  if (!std::isfinite(v)) return nullptr;
+  constexpr double kExact = 9007199254740992.0;  // 2^53
+  if (std::trunc(v) == v && std::fabs(v) < kExact) return static_cast<std::int64_t>(v);
+  return v;
+}
+
+std::string dump_json(const Json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string json_number(double v) {

@@ -98,24 +98,22 @@ void bind_known(Stmt& st, int i, double v, bool known) {
 }  // namespace
 
 std::string contributors_json(const std::vector<chains::Contributor>& contributors) {
-  std::string out = "[";
+  Json out = Json::array();
   for (const auto& c : contributors) {
-    if (out.size() > 1) out += ',';
-    out += "{\"comm\":" + json_string(c.comm) + ",\"pid\":" + std::to_string(c.pid) +
-           ",\"cgroup\":" + json_string(c.cgroup) + ",\"role\":" + json_string(c.role) +
-           ",\"cpu_ns\":" + std::to_string(c.cpu_ns) + ",\"count\":" + std::to_string(c.count) +
-           "}";
+    out.push_back({{"comm", c.comm},
+                   {"pid", c.pid},
+                   {"cgroup", c.cgroup},
+                   {"role", c.role},
+                   {"cpu_ns", c.cpu_ns},
+                   {"count", c.count}});
   }
-  return out + "]";
+  return dump_json(out);
 }
 
 std::string evidence_json(const std::vector<std::pair<std::string, double>>& evidence) {
-  std::string out = "{";
-  for (const auto& [name, value] : evidence) {
-    if (out.size() > 1) out += ',';
-    out += json_string(name) + ":" + json_number(value);
-  }
-  return out + "}";
+  Json out = Json::object();
+  for (const auto& [name, value] : evidence) out[name] = json_value(value);
+  return dump_json(out);
 }
 
 Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
