@@ -10,7 +10,6 @@
 namespace stallwatch::demo {
 namespace {
 
-constexpr size_t kMaxOomVictims = 16;  // as Series.oom_victims keeps
 
 std::uint32_t call_id(std::string_view name) {
   auto calls = trace::all_calls();
@@ -52,16 +51,16 @@ void SyntheticHost::add_process(const std::string& cgroup, int pid, const std::s
 void SyntheticHost::exit_process(int pid) {
   auto it = procs_.find(pid);
   if (it != procs_.end()) {
-    Cgroup& cg = cgroups_[it->second.cgroup];
-    for (const auto& [id, t] : it->second.calls) cg.retired_calls[id].add(t);
-    for (const auto& [key, t] : it->second.nccl) cg.retired_nccl[key].add(t);
-    cg.retired_offcpu.add(it->second.offcpu);
+    SeriesTotals& kept = cgroups_[it->second.cgroup].totals;
+    for (const auto& [id, t] : it->second.calls) kept.calls[id].add(t);
+    for (const auto& [key, t] : it->second.nccl) kept.nccl[key].add(t);
+    kept.offcpu.add(it->second.offcpu);
     procs_.erase(it);
   }
   auto io = io_procs_.find(pid);
   if (io != io_procs_.end()) {
-    Cgroup& cg = cgroups_[io->second.cgroup];
-    for (const auto& [key, t] : io->second.io) cg.retired_io[key].add(t);
+    SeriesTotals& kept = cgroups_[io->second.cgroup].totals;
+    for (const auto& [key, t] : io->second.io) kept.io[key].add(t);
     io_procs_.erase(io);
   }
 }
@@ -149,7 +148,7 @@ void SyntheticHost::io(const std::string& cgroup, int pid, const std::string& co
 void SyntheticHost::reclaim(const std::string& cgroup, std::uint64_t direct_ns,
                             std::uint64_t memcg_ns, std::uint64_t cuda_ns,
                             std::uint64_t reclaims) {
-  ReclaimTotals& r = cgroups_[cgroup].reclaim;
+  ReclaimTotals& r = cgroups_[cgroup].totals.reclaim;
   r.direct_ns += direct_ns;
   r.memcg_ns += memcg_ns;
   r.cuda_ns += std::min(cuda_ns, direct_ns + memcg_ns);
@@ -162,12 +161,12 @@ void SyntheticHost::reclaim(const std::string& cgroup, std::uint64_t direct_ns,
 
 void SyntheticHost::oom_kill(const std::string& cgroup, int pid, const std::string& comm,
                              std::int64_t at_ns) {
-  Cgroup& cg = cgroups_[cgroup];
+  SeriesTotals& kept = cgroups_[cgroup].totals;
   const bool cuda = procs_.count(pid) > 0;
-  cg.oom_kills++;
-  if (cuda) cg.oom_kills_cuda++;
-  cg.oom_victims.push_back(OomKill{pid, comm, cuda, at_ns});
-  if (cg.oom_victims.size() > kMaxOomVictims) cg.oom_victims.erase(cg.oom_victims.begin());
+  kept.oom_kills++;
+  if (cuda) kept.oom_kills_cuda++;
+  kept.oom_victims.push_back(OomKill{pid, comm, cuda, at_ns});
+  if (kept.oom_victims.size() > kMaxOomVictims) kept.oom_victims.erase(kept.oom_victims.begin());
   exit_process(pid);
 }
 
@@ -184,9 +183,9 @@ void SyntheticHost::pressure(const std::string& cgroup, const PressureTotals& ad
 
 void SyntheticHost::retransmits(const std::string& cgroup, std::uint64_t ipv4,
                                 std::uint64_t ipv6) {
-  Cgroup& cg = cgroups_[cgroup];
-  cg.retransmits_ipv4 += ipv4;
-  cg.retransmits_ipv6 += ipv6;
+  SeriesTotals& kept = cgroups_[cgroup].totals;
+  kept.tcp_retransmits_ipv4 += ipv4;
+  kept.tcp_retransmits_ipv6 += ipv6;
 }
 
 std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::time_point taken,
@@ -218,17 +217,8 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
   }
   for (const auto& [label, cg] : cgroups_) {
     Series& s = snap->series[label];
-    for (const auto& [id, t] : cg.retired_calls) s.calls[id].add(t);
-    for (const auto& [key, t] : cg.retired_nccl) s.nccl[key].add(t);
-    for (const auto& [key, t] : cg.retired_io) s.io[key].add(t);
-    s.offcpu.add(cg.retired_offcpu);  // the kernel's per-cgroup counters outlive processes
-    s.reclaim = cg.reclaim;
-    s.oom_kills = cg.oom_kills;
-    s.oom_kills_cuda = cg.oom_kills_cuda;
-    s.oom_victims = cg.oom_victims;
+    s.add(cg.totals);  // as the collector adds a cgroup's retired totals
     s.pressure = cg.pressure;
-    s.tcp_retransmits_ipv4 = cg.retransmits_ipv4;
-    s.tcp_retransmits_ipv6 = cg.retransmits_ipv6;
   }
   for (auto& [label, s] : snap->series) {
     s.identity = identity::parse_cgroup_path(label);

@@ -102,19 +102,13 @@ class SyntheticHost {
     std::map<IoKey, IoTotals> io;
   };
   // Per-cgroup counters, and what exited processes left in them (the kernel's maps keep it).
+  // Per cgroup: the kernel's per-cgroup counters (reclaim, OOM kills, retransmits) and what
+  // exited processes left in it, as the collector keeps them (trace/snapshot.h SeriesTotals).
   struct Cgroup {
-    std::map<std::uint32_t, CallTotals> retired_calls;
-    OffcpuTotals retired_offcpu;
-    std::map<NcclKey, NcclTotals> retired_nccl;
-    std::map<IoKey, IoTotals> retired_io;
-    ReclaimTotals reclaim;
-    std::uint64_t oom_kills = 0;
-    std::uint64_t oom_kills_cuda = 0;
-    std::vector<OomKill> oom_victims;  // at most 16, oldest first
+    SeriesTotals totals;
     PressureTotals pressure;
-    std::uint64_t retransmits_ipv4 = 0;
-    std::uint64_t retransmits_ipv6 = 0;
   };
+
   std::map<int, Proc> procs_;
   std::map<int, IoProc> io_procs_;
   std::map<std::string, Cgroup> cgroups_;
