@@ -270,7 +270,7 @@ sw::store::WindowBatch make_batch(const sw::Snapshot* previous, const sw::Snapsh
   b.window_ns = view.window_ns;
   b.host = host_context(rng);
   for (const auto& [label, s] : snap.series) b.cgroups.push_back(s.identity);
-  b.outliers = sw::chains::resolve_outliers(snap, outliers, keep);
+  b.outliers = sw::app::resolve_outliers(snap, outliers, keep);
   for (auto& o : b.outliers) {
     o.ts_ns = b.end_ns - static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(kWindowNs));
   }
@@ -328,7 +328,7 @@ RingResult bench_ring(int reps) {
   sw::store::HostContext ctx;
   for (int rep = 0; rep < reps; rep++) {
     sw::metrics::SnapshotBoard board;
-    sw::chains::Pipeline pipeline(sw::chains::PipelineOptions{}, board, nullptr);
+    sw::app::Pipeline pipeline(sw::app::PipelineOptions{}, board, nullptr);
     sw::chains::OutlierSink sink;  // as `run` makes it (keep 256)
     double add_s = 0, drain_s = 0, window_s = 0;
     const auto start = SteadyClock::now();
@@ -376,7 +376,7 @@ ObserveResult bench_observe(int processes, int reps) {
     const std::int64_t t0 = wall_now_ns() - kWindows * kWindowNs;
     Load load(processes, 5, 10 + static_cast<std::uint64_t>(processes), t0);
     sw::metrics::SnapshotBoard board;
-    sw::chains::Pipeline pipeline(sw::chains::PipelineOptions{}, board, nullptr);
+    sw::app::Pipeline pipeline(sw::app::PipelineOptions{}, board, nullptr);
     std::shared_ptr<sw::Snapshot> prev;
     double window_s = 0, diff_s = 0, worst = 0;
     std::uint64_t changed = 0;

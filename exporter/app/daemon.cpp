@@ -150,10 +150,10 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   };
   std::unique_ptr<otlp::Pusher> pusher;
   if (push->enabled) pusher = std::make_unique<otlp::Pusher>(*push, build);
-  chains::PipelineOptions popts;
+  app::PipelineOptions popts;
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
   popts.otlp = pusher.get();
-  chains::Pipeline pipeline(popts, board, db.get());
+  app::Pipeline pipeline(popts, board, db.get());
   host::HostSampler host(fs);
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {

@@ -58,11 +58,11 @@ std::string window_line(const chains::WindowView& v) {
 
 RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options,
                           metrics::SnapshotBoard& board, store::Store* store, std::ostream& out) {
-  chains::PipelineOptions popts;
+  app::PipelineOptions popts;
   popts.engine.host_cpus = options.host_cpus;
   popts.engine.seed = options.seed;
   popts.otlp = options.otlp;
-  chains::Pipeline pipeline(popts, board, store);
+  app::Pipeline pipeline(popts, board, store);
   SyntheticHost host;
   identity::KubeMetadata kube(identity::KubeSettings{});  // off: serves the demo's own pods
   kube.replace(kit::pods());

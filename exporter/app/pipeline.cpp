@@ -8,9 +8,9 @@
 #include "trace/calls.h"
 #include "trace/records.h"
 
-namespace stallwatch::chains {
+namespace stallwatch::app {
 
-std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const OutlierWindow& w,
+std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const chains::OutlierWindow& w,
                                              size_t keep) {
   std::map<int, const std::string*> label_of;
   for (const auto& [label, s] : snap.series) {
@@ -43,11 +43,12 @@ std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const Outlier
 Pipeline::Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store::Store* store)
     : options_(options), board_(board), store_(store), engine_(options.engine) {}
 
-std::vector<Chain> Pipeline::window(std::shared_ptr<Snapshot> snap, const OutlierWindow& outliers,
-                                    const store::HostContext& host) {
-  WindowView view = diff_windows(previous_.get(), *snap);
-  set_window_ratios(*snap, view);
-  std::vector<Chain> changed = engine_.observe(*snap, view, outliers);
+std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
+                                            const chains::OutlierWindow& outliers,
+                                            const store::HostContext& host) {
+  chains::WindowView view = chains::diff_windows(previous_.get(), *snap);
+  chains::set_window_ratios(*snap, view);
+  std::vector<chains::Chain> changed = engine_.observe(*snap, view, outliers);
   snap->chains = engine_.counts();
   if (store_) {
     store::WindowBatch batch;
@@ -68,4 +69,4 @@ std::vector<Chain> Pipeline::window(std::shared_ptr<Snapshot> snap, const Outlie
   return changed;
 }
 
-}  // namespace stallwatch::chains
+}  // namespace stallwatch::app

@@ -10,9 +10,9 @@
 
 #include "chains/engine.h"
 #include "chains/outliers.h"
-#include "trace/snapshot.h"
 #include "metrics/http_server.h"
 #include "store/records.h"
+#include "trace/snapshot.h"
 
 namespace stallwatch::store {
 class Store;
@@ -21,11 +21,11 @@ namespace stallwatch::otlp {
 class Pusher;
 }
 
-namespace stallwatch::chains {
+namespace stallwatch::app {
 
 struct PipelineOptions {
-  EngineOptions engine;
-  size_t stored_outliers = 64;  // per window, longest first
+  chains::EngineOptions engine;
+  size_t stored_outliers = 64;   // per window, longest first
   otlp::Pusher* otlp = nullptr;  // gets every published snapshot and changed chain; may be null
 };
 
@@ -35,22 +35,23 @@ class Pipeline {
   Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store::Store* store);
 
   // One window. Returns the chains it opened, updated or closed.
-  std::vector<Chain> window(std::shared_ptr<Snapshot> snap, const OutlierWindow& outliers,
-                            const store::HostContext& host);
+  std::vector<chains::Chain> window(std::shared_ptr<Snapshot> snap,
+                                    const chains::OutlierWindow& outliers,
+                                    const store::HostContext& host);
 
-  const Engine& engine() const { return engine_; }
+  const chains::Engine& engine() const { return engine_; }
 
  private:
   PipelineOptions options_;
   metrics::SnapshotBoard& board_;
   store::Store* store_;
-  Engine engine_;
+  chains::Engine engine_;
   std::shared_ptr<const Snapshot> previous_;
 };
 
 // Outlier records with names resolved: the series label from the snapshot's processes,
 // the call name from the call table.
-std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const OutlierWindow& w,
+std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const chains::OutlierWindow& w,
                                              size_t keep);
 
-}  // namespace stallwatch::chains
+}  // namespace stallwatch::app

@@ -508,9 +508,9 @@ TEST(ChainCounts, ColdStartCountsButIsNeverActive) {
 
 TEST(ChainPipeline, PublishesCountsOnTheBoardWithoutStore) {
   metrics::SnapshotBoard board;
-  chains::PipelineOptions po;
+  app::PipelineOptions po;
   po.engine.host_cpus = 8;
-  chains::Pipeline pipeline(po, board, nullptr);
+  app::Pipeline pipeline(po, board, nullptr);
   demo::SyntheticHost host;
   auto s = demo::make_scenario("incident");
   ASSERT_TRUE(s);
