@@ -65,6 +65,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     return 0;
   }
   apply_log_settings(o.log);
+  for (const auto& line : unknown_run_variables(env)) SW_LOG(kWarn) << line;
   if (!preflight()) return 1;
 
   auto push = otlp::push_config_from_environment(o.otlp, o.otlp_file, STALLWATCH_VERSION);

@@ -1,5 +1,7 @@
 #include "cli/options.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cstdint>
 #include <fstream>
@@ -203,6 +205,54 @@ std::string name_run_flag_source(const RunOptions& o, const std::string& message
     return LayeredFlags::relabel(message, flag, var);
   }
   return message;
+}
+
+namespace {
+
+// Levenshtein distance, for the suggestion.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::vector<std::string> unknown_run_variables(const std::vector<std::string>& env) {
+  std::vector<std::string> known;
+  for (const auto& name : run_flag_names()) {
+    if (name != "help") known.push_back(env_var_name(kRunEnvPrefix, name));
+  }
+  std::vector<std::string> out;
+  for (const auto& entry : env) {
+    const std::string name = entry.substr(0, entry.find('='));
+    if (!name.starts_with(kRunEnvPrefix) || name == "STALLWATCH_OPTS") continue;
+    if (std::find(known.begin(), known.end(), name) != known.end()) continue;
+    std::string line = name + " sets nothing and is ignored";
+    size_t best = 3;  // suggest only close names
+    std::string suggestion;
+    for (const auto& k : known) {
+      const size_t d = edit_distance(name, k);
+      if (d < best) {
+        best = d;
+        suggestion = k;
+      }
+    }
+    line += suggestion.empty() ? "; every flag of `stallwatch run --help` has its "
+                                 "STALLWATCH_<FLAG> variable"
+                               : " (did you mean " + suggestion + "?)";
+    out.push_back(line);
+  }
+  return out;
 }
 
 Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::string* usage) {

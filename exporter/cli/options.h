@@ -58,6 +58,11 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::
 // The long names of every run flag, in --help order (each has a STALLWATCH_ variable but help).
 std::vector<std::string> run_flag_names();
 
+// STALLWATCH_* variables of `env` that set nothing (a typo such as STALLWATCH_WINDOWS), each
+// as one warning line with the closest variable that does, if one is close. STALLWATCH_OPTS
+// (the systemd unit's extra flags) is not one of them.
+std::vector<std::string> unknown_run_variables(const std::vector<std::string>& env);
+
 // A message about `--flag` from a later check (OTLP, Kubernetes) with the flag replaced by its
 // STALLWATCH_ variable when the value came from there.
 std::string name_run_flag_source(const RunOptions& o, const std::string& message);

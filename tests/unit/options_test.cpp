@@ -377,6 +377,19 @@ TEST(RunEnvironmentTest, OtherVariablesAreIgnored) {
   EXPECT_TRUE(*o == *parse({}));
 }
 
+TEST(RunEnvironmentTest, UnknownVariablesAreNamedWithASuggestion) {
+  EXPECT_EQ(unknown_run_variables({"STALLWATCH_WINDOWS=5s", "STALLWATCH_WINDOW=5s",
+                                   "STALLWATCH_OPTS=--window 1s", "PATH=/usr/bin",
+                                   "STALLWATCH_SOMETHING_ELSE=1", "STALLWATCH_LOG_LEVL=debug"}),
+            (std::vector<std::string>{
+                "STALLWATCH_WINDOWS sets nothing and is ignored (did you mean STALLWATCH_WINDOW?)",
+                "STALLWATCH_SOMETHING_ELSE sets nothing and is ignored; every flag of "
+                "`stallwatch run --help` has its STALLWATCH_<FLAG> variable",
+                "STALLWATCH_LOG_LEVL sets nothing and is ignored (did you mean "
+                "STALLWATCH_LOG_LEVEL?)"}));
+  EXPECT_TRUE(unknown_run_variables({"STALLWATCH_PATH_PROCFS=/host/proc"}).empty());
+}
+
 TEST(RunEnvironmentTest, MalformedValueNamesTheVariable) {
   struct Case {
     const char* env;
