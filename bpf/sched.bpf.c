@@ -68,25 +68,41 @@ static __always_inline struct offcpu_stats *offcpu_of(struct thread_state *t)
 	return sw_lookup_or_init(&offcpu, &key, &zero_offcpu_stats, SW_LOST_OFFCPU_MAP);
 }
 
-static __always_inline void blame(struct thread_state *t, __u32 tgid, __u64 cgroup_id,
-				  const char *comm, __u64 runnable)
+/* Who `task` is; the pointers of tp_btf are BTF-typed, so these are direct loads. */
+static __always_inline void identify(struct preemptor_id *id, struct task_struct *task)
+{
+	struct task_struct *leader = task->group_leader;
+
+	id->cgroup_id = task_cgroup_id(task);
+	id->tgid = task->tgid;
+	id->tid = task->pid;
+	id->ppid = task->real_parent->tgid;
+	id->flags = (task->flags & PF_KTHREAD) ? SW_PREEMPTOR_KTHREAD : 0;
+	__builtin_memcpy(id->comm, task->comm, SW_COMM_LEN);
+	if (leader)
+		__builtin_memcpy(id->process_comm, leader->comm, SW_COMM_LEN);
+}
+
+static __always_inline void blame(struct thread_state *t, const struct preemptor_id *id,
+				  __u64 runnable)
 {
 	struct preemptor_key key = {};
 	struct preemptor_stats *p, fresh = {};
 
-	if (!tgid)
+	if (!id->tid)
 		return; /* the idle task: the CPU was free, the wait was wakeup latency */
 	key.victim_cgroup_id = t->cgroup_id;
 	key.victim_tgid = t->tgid;
-	key.preemptor_tgid = tgid;
+	key.preemptor_tid = id->tid;
 	p = bpf_map_lookup_elem(&preemptors, &key);
 	if (!p) {
-		fresh.preemptor_cgroup_id = cgroup_id;
-		__builtin_memcpy(fresh.comm, comm, SW_COMM_LEN);
+		fresh.id = *id;
 		bpf_map_update_elem(&preemptors, &key, &fresh, BPF_NOEXIST);
 		p = bpf_map_lookup_elem(&preemptors, &key);
 		if (!p)
 			return;
+	} else {
+		p->id = *id; /* names as they are now: a wrapper (taskset, sh -c) exec'ed its target */
 	}
 	__sync_fetch_and_add(&p->runnable_ns, runnable);
 	__sync_fetch_and_add(&p->count, 1);
@@ -106,11 +122,8 @@ static __always_inline void switch_out(struct thread_state *t, struct task_struc
 	t->off_since = now;
 	t->woken_at = 0;
 	t->off_runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
-	if (t->off_runnable) {
-		t->preemptor_tgid = next->tgid;
-		t->preemptor_cgroup_id = task_cgroup_id(next);
-		__builtin_memcpy(t->preemptor_comm, next->comm, SW_COMM_LEN);
-	}
+	if (t->off_runnable)
+		identify(&t->preemptor, next);
 }
 
 static __always_inline void switch_in(struct thread_state *t, struct task_struct *prev,
@@ -118,7 +131,7 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 {
 	struct offcpu_stats *s;
 	__u64 runnable = 0, blocked = 0;
-	char comm[SW_COMM_LEN];
+	struct preemptor_id woke = {};
 
 	t->on_since = now;
 	if (!t->off_since)
@@ -153,10 +166,10 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 	if (!runnable)
 		return;
 	if (t->off_runnable) {
-		blame(t, t->preemptor_tgid, t->preemptor_cgroup_id, t->preemptor_comm, runnable);
+		blame(t, &t->preemptor, runnable);
 	} else {
-		__builtin_memcpy(comm, prev->comm, SW_COMM_LEN);
-		blame(t, prev->tgid, task_cgroup_id(prev), comm, runnable);
+		identify(&woke, prev);
+		blame(t, &woke, runnable);
 	}
 }
 

@@ -20,6 +20,19 @@ struct call_frame {
 	__s32 aux_i1;
 };
 
+#define SW_PREEMPTOR_KTHREAD 1u /* preemptor_id.flags: a kernel thread (PF_KTHREAD) */
+
+/* Who a task is, as the preemptor tables keep it: read from its task_struct at the switch. */
+struct preemptor_id {
+	__u64 cgroup_id;
+	__u32 tgid;
+	__u32 tid;
+	__u32 ppid;  /* real parent's tgid: tells the job's own children (DataLoader workers) */
+	__u32 flags; /* SW_PREEMPTOR_* */
+	char comm[SW_COMM_LEN];         /* the thread's name, as it is now (follows exec, prctl) */
+	char process_comm[SW_COMM_LEN]; /* its thread-group leader's name */
+};
+
 /* Task-local storage of a CUDA-issuing thread (created at its first traced call). */
 struct thread_state {
 	__u64 cgroup_id;      /* cgroup at the thread's latest call */
@@ -27,13 +40,10 @@ struct thread_state {
 	__u64 off_since;      /* when it last left the CPU; 0 while on-CPU */
 	__u64 woken_at;       /* when a blocked thread was woken (then runnable); 0 if not yet */
 	__u32 tgid;
-	__u32 preemptor_tgid; /* task that took the CPU when this one was preempted */
-	__u64 preemptor_cgroup_id;
-	char preemptor_comm[SW_COMM_LEN];
+	struct preemptor_id preemptor; /* task that took the CPU when this one was preempted */
 	__u8 off_runnable;    /* left the CPU while runnable (preempted) */
 	__u8 depth;           /* open frames */
 	__u16 unmatched;      /* returns to skip: entries dropped for nesting */
-	__u32 pad;
 	struct call_frame frames[SW_MAX_DEPTH];
 };
 
@@ -52,18 +62,18 @@ struct offcpu_stats {
 	__u64 preemptions;
 };
 
-/* Key of preemptors: who kept a CUDA-issuing process of a cgroup off the CPU. */
+/* Key of preemptors: which thread kept a CUDA-issuing process of a cgroup off the CPU. */
 struct preemptor_key {
 	__u64 victim_cgroup_id;
 	__u32 victim_tgid;
-	__u32 preemptor_tgid;
+	__u32 preemptor_tid;
 };
 
+/* The identity is rewritten at every blame, so names follow exec and prctl(PR_SET_NAME). */
 struct preemptor_stats {
-	__u64 preemptor_cgroup_id;
 	__u64 runnable_ns; /* victim's runnable wait blamed on this task */
 	__u64 count;
-	char comm[SW_COMM_LEN];
+	struct preemptor_id id;
 };
 
 #endif /* STALLWATCH_SCHED_H */

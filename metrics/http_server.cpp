@@ -165,12 +165,16 @@ std::string snapshot_json(const Snapshot& snap) {
     }
     Json& pre = j["preemptors"] = Json::array();
     for (const auto& p : s.preemptors) {
+      if (pre.size() == 10) break;  // the heaviest, cumulative
       pre.push_back({{"pid", p.pid},
                      {"comm", p.comm},
                      {"cgroup", p.cgroup},
                      {"victim_pid", p.victim_pid},
                      {"runnable_ns", p.runnable_ns},
-                     {"count", p.count}});
+                     {"count", p.count},
+                     {"thread", p.thread},
+                     {"ppid", p.ppid},
+                     {"kernel_thread", p.kernel_thread}});
     }
     add_host_json(j, s);
     series.push_back(std::move(j));

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/strings.h"
 #include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/calls.h"
@@ -22,11 +23,14 @@ std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const chains:
     if (out.size() == keep) break;
     store::Outlier o;
     o.ts_ns = trace::unix_ns_of_monotonic(e.ts_ns);  // the records' clock is CLOCK_MONOTONIC
-    auto it = label_of.find(static_cast<int>(e.tgid));
-    o.cgroup = it != label_of.end() ? *it->second : std::string();
+    if (auto it = label_of.find(static_cast<int>(e.tgid)); it != label_of.end()) {
+      o.cgroup = *it->second;
+    } else if (auto id = snap.cgroup_labels.find(e.cgroup_id); id != snap.cgroup_labels.end()) {
+      o.cgroup = id->second;  // the process exited before the window ended
+    }
     o.pid = static_cast<int>(e.tgid);
     o.tid = static_cast<int>(e.tid);
-    o.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+    o.comm = escape_name(std::string_view(e.comm, strnlen(e.comm, sizeof(e.comm))));
     if (e.call_id < calls.size()) {
       o.call = std::string(calls[e.call_id].name);
       o.api = std::string(trace::api_name(calls[e.call_id].api));

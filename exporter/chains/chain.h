@@ -21,9 +21,12 @@ struct Contributor {
   std::string comm;
   int pid = 0;
   std::string cgroup;
-  std::string role;           // "preemptor", "same workload", "other CUDA process", ...
+  // "preemptor, other workload", "preemptor, kernel thread", "preemptor, same process",
+  // "preemptor, worker of the job", "preemptor, same workload", "I/O submitter", ...
+  std::string role;
   std::uint64_t cpu_ns = 0;   // time taken from the victim (preemptors) or spent in CUDA calls
   std::uint64_t count = 0;    // preemptions, calls, ...
+  std::string thread;         // its thread that did it, when named apart from comm
 
   bool operator==(const Contributor&) const = default;
 };

@@ -77,8 +77,12 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
   if (first_window_ns_ == 0) first_window_ns_ = view.end_ns - view.window_ns;
   for (const auto& [label, s] : snap.series) identities_[label] = s.identity;
 
-  const WindowContext ctx{snap,     view,        outliers,       baselines_,
-                          options_, identities_, first_window_ns_};
+  const WindowContext ctx{snap,     view,        outliers,         baselines_,
+                          options_, identities_, first_window_ns_,
+                          [this](Kind kind, const std::string& cgroup, int pid) -> const Chain* {
+                            auto it = tracks_.find(Key{kind, cgroup, pid});
+                            return it == tracks_.end() ? nullptr : &it->second.chain;
+                          }};
   std::vector<Finding> findings = run_rules(ctx);
   const Thresholds& th = options_.thresholds;
   baselines_.update(view, frozen(findings), th.min_calls, th.baseline_windows);
@@ -95,7 +99,10 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
     c.updated_ns = view.end_ns;
     if (!t.has_chain) {
       const int need = f.once || f.immediate ? 1 : th.open_after;
-      if (t.hits < need) continue;
+      if (t.hits < need) {
+        t.chain = std::move(c);  // not a chain yet: what the rule may build on next window
+        continue;
+      }
       c.id = new_id();
       c.opened_ns = t.first_hit_ns;
       c.windows = static_cast<std::uint64_t>(t.hits);

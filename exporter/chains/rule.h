@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,6 +56,10 @@ struct WindowContext {
   const EngineOptions& options;
   const std::map<std::string, identity::Identity>& identities;  // by cgroup label
   std::int64_t first_window_ns = 0;  // start of the first window the engine observed
+  // The chain of `kind` about (cgroup, pid) as the previous window left it, while its condition
+  // holds or the chain is open (also before it opens): rules that sum over a chain's life
+  // (cpu_contention's preemptors) start from it. Null when there is none.
+  std::function<const Chain*(Kind, const std::string& cgroup, int pid)> current_chain;
 
   // A chain of `kind` about the process, or about the cgroup (pid 0), with its identity.
   Chain base_chain(Kind kind, const ProcessWindow& p) const;

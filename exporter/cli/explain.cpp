@@ -64,6 +64,7 @@ Json json_chain(const ReportChain& c) {
                             {"role", k.role},
                             {"cpu_s", secs(k.cpu_ns)},
                             {"count", k.count}});
+    if (!k.thread.empty()) contributors.back()["thread"] = k.thread;
   }
   Json& evidence = o["evidence"] = Json::object();
   for (const auto& [name, value] : c.evidence) evidence[name] = json_value(value);
@@ -86,9 +87,10 @@ Json json_process(const ProcessStats& p) {
   o["runnable_s"] = secs(p.runnable_ns);
   o["blocked_s"] = secs(p.blocked_ns);
   o["wall_s"] = secs(p.wall_ns);
+  o["thread_s"] = secs(p.thread_ns());
   o["offcpu_share"] = num_or_null(
-      p.wall_ns ? static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.wall_ns) : 0,
-      p.wall_ns > 0);
+      p.thread_ns() ? static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.thread_ns()) : 0,
+      p.thread_ns() > 0);
   o["preemptions"] = p.preemptions;
   o["worst_stall_s"] = secs(p.worst_stall_ns);
   Json& preemptors = o["preemptors"] = Json::array();

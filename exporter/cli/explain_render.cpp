@@ -213,6 +213,7 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, c
   std::vector<std::string> contrib;
   for (const auto& k : c.contributors) {
     std::string l = process_name(k.comm, k.pid);
+    if (!k.thread.empty()) l += " thread " + k.thread;
     if (!k.cgroup.empty() && k.cgroup != c.cgroup) l += " in " + workload_label(k.cgroup, names);
     if (!k.role.empty()) l += " (" + k.role + ")";
     // What cpu_ns and count mean depends on the role (chain.h).
@@ -253,10 +254,10 @@ void render_process(std::string& out, const ProcessStats& p, const Names& names)
   size_t width = 0;
   for (const auto& c : p.calls) width = std::max(width, c.call.size());
   for (const auto& c : p.calls) out += "  " + call_line(c, width) + "\n";
-  if (p.wall_ns > 0) {
+  if (p.thread_ns() > 0) {
     field(out, "Off-CPU",
-          {human_ns(p.offcpu_ns()) + " of " + human_ns(p.wall_ns) + " (" +
-           percent(static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.wall_ns)) +
+          {human_ns(p.offcpu_ns()) + " of " + human_ns(p.thread_ns()) + " thread time (" +
+           percent(static_cast<double>(p.offcpu_ns()) / static_cast<double>(p.thread_ns())) +
            "): runnable " + human_ns(p.runnable_ns) + ", blocked " + human_ns(p.blocked_ns)});
   }
   if (p.preemptions) field(out, "Preemptions", {thousands(p.preemptions)});

@@ -1,6 +1,7 @@
 // Small string helpers shared by the /proc parsers and the OTLP configuration and delivery.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -17,5 +18,16 @@ inline constexpr std::string_view kAsciiWhitespace = " \t\n\v\f\r";
 std::string_view trim_left(std::string_view s, std::string_view chars = kAsciiWhitespace);
 std::string_view trim_right(std::string_view s, std::string_view chars = kAsciiWhitespace);
 std::string_view trim(std::string_view s, std::string_view chars = kAsciiWhitespace);
+
+// A name from the host (a process's comm, a thread's name, a unit) made safe to show: one line
+// of printable, valid UTF-8. Control characters become \n, \t or \xNN, a backslash \\, and
+// each byte of an invalid UTF-8 sequence \xNN; everything else is kept. Any local user can
+// name a process `x\nsh /tmp/p #` or put ESC sequences in it: what is shown to a person, logged
+// or stored goes through this first.
+std::string escape_name(std::string_view s);
+
+// `s` as one shell word: single-quoted, a ' inside written '\''. For names that must appear in
+// a command a person is told to paste (systemctl set-property 'UNIT').
+std::string shell_quote(std::string_view s);
 
 }  // namespace stallwatch

@@ -41,7 +41,7 @@ Scenario incident() {
          const std::uint64_t ns = static_cast<std::uint64_t>(w);
          for (int k = 0; k < 4; k++) {
            h.preempted_by(pid, 3822 + k, "pt_data_worker:" + std::to_string(k), kTrainPod,
-                          ns * (9 - k) / 100, per_window(25 - 3 * k, w));
+                          ns * (9 - k) / 100, per_window(25 - 3 * k, w), /*ppid=*/pid);
          }
          h.preempted_by(pid, 1205, "prometheus-node-exporter", kNodeExporter, ns * 7 / 100,
                         per_window(27, w));

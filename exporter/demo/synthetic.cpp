@@ -106,7 +106,7 @@ void SyntheticHost::offcpu(int pid, std::uint64_t runnable_ns, std::uint64_t blo
 
 void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm,
                                  const std::string& cgroup, std::uint64_t runnable_ns,
-                                 std::uint64_t count) {
+                                 std::uint64_t count, int ppid) {
   auto it = procs_.find(victim);
   if (it == procs_.end()) return;
   Preemptor& p = it->second.preemptors[pid];
@@ -114,6 +114,7 @@ void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm,
   p.pid = pid;
   p.comm = comm;
   p.cgroup = cgroup;
+  p.ppid = ppid;
   p.runnable_ns += runnable_ns;
   p.count += count;
 }

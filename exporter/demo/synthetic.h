@@ -64,8 +64,9 @@ class SyntheticHost {
   void calls(int pid, const CallMix& mix);
   void offcpu(int pid, std::uint64_t runnable_ns, std::uint64_t blocked_ns, std::uint64_t oncpu_ns,
               std::uint64_t preemptions);
+  // `ppid` is the preemptor's parent (the victim's pid for its DataLoader workers).
   void preempted_by(int victim, int pid, const std::string& comm, const std::string& cgroup,
-                    std::uint64_t runnable_ns, std::uint64_t count);
+                    std::uint64_t runnable_ns, std::uint64_t count, int ppid = 0);
   // NCCL ops of a CUDA process (`pid` from add_process).
   void nccl(int pid, const NcclMix& mix);
   // Block I/O submitted by any process of `cgroup` (a DataLoader worker need not issue CUDA).

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/strings.h"
+
 namespace stallwatch::host {
 namespace {
 
@@ -46,11 +48,11 @@ std::string Procfs::read_bounded(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+// The kernel ends the name with one '\n'; a name may hold more of them (prctl), escaped here.
 std::string Procfs::comm(int pid) const {
   std::string s = read_bounded(pid_path(pid, "comm"), 64);
-  const size_t nl = s.find('\n');
-  if (nl != std::string::npos) s.resize(nl);
-  return s;
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return escape_name(s);
 }
 
 std::int64_t Procfs::boot_unix_s() const {

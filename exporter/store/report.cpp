@@ -143,7 +143,8 @@ Result<Ok> load_json_parts(sqlite3* db, std::vector<ReportChain>& chains,
       db,
       "SELECT json_extract(value, '$.comm'), json_extract(value, '$.pid'), "
       "json_extract(value, '$.cgroup'), json_extract(value, '$.role'), "
-      "json_extract(value, '$.cpu_ns'), json_extract(value, '$.count') "
+      "json_extract(value, '$.cpu_ns'), json_extract(value, '$.count'), "
+      "json_extract(value, '$.thread') "
       "FROM json_each(CASE WHEN json_valid(?1) THEN ?1 ELSE '[]' END) WHERE type = 'object'");
   if (!contrib) return contrib.error();
   auto evidence = Stmt::prepare(
@@ -163,6 +164,7 @@ Result<Ok> load_json_parts(sqlite3* db, std::vector<ReportChain>& chains,
       c.role = contrib->text(3);
       c.cpu_ns = u64(*contrib, 4);
       c.count = u64(*contrib, 5);
+      c.thread = contrib->text(6);
       chains[i].contributors.push_back(std::move(c));
     }
     if (rc != SQLITE_DONE) return make_error(db_error(db), rc);
@@ -338,7 +340,8 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
   };
   auto r =
       each_row(db,
-               "SELECT p.cgroup, p.pid, p.runnable_ns, p.blocked_ns, p.preemptions, w.window_ns "
+               "SELECT p.cgroup, p.pid, p.runnable_ns, p.blocked_ns, p.preemptions, w.window_ns, "
+               "p.oncpu_ns "
                "FROM process_windows p LEFT JOIN windows w ON w.ts_ns = p.ts_ns "
                "WHERE p.ts_ns > ?1 AND p.ts_ns <= ?2" +
                    cgroup_clause("p.cgroup"),
@@ -348,6 +351,7 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
                  p.blocked_ns += u64(st, 3);
                  p.preemptions += u64(st, 4);
                  p.wall_ns += u64(st, 5);
+                 p.oncpu_ns += u64(st, 6);
                });
   if (!r) return r.error();
   r = each_row(db,
@@ -374,8 +378,15 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
       "SELECT cgroup, pid, max(duration_ns) FROM outliers WHERE ts_ns > ?1 AND ts_ns <= ?2" +
           cgroup_clause("cgroup") + " GROUP BY cgroup, pid",
       q, filter, [&](const Stmt& st) {
-        ProcessStats& p = proc(st, 0, 1).stats;
-        p.worst_stall_ns = std::max(p.worst_stall_ns, u64(st, 2));
+        const std::int64_t pid = st.int64(1);
+        const std::string_view cgroup = column_view(st, 0);
+        for (auto& [key, agg] : procs) {
+          if (static_cast<std::uint32_t>(key) != static_cast<std::uint32_t>(pid)) continue;
+          if (!cgroup.empty() && cgroups.name(static_cast<std::uint32_t>(key >> 32)) != cgroup) {
+            continue;
+          }
+          agg.stats.worst_stall_ns = std::max(agg.stats.worst_stall_ns, u64(st, 2));
+        }
       });
   if (!r) return r.error();
   r = each_row(db,

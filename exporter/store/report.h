@@ -137,11 +137,15 @@ struct ProcessStats {
   std::vector<CallStats> calls;  // most calls first
   std::uint64_t runnable_ns = 0;
   std::uint64_t blocked_ns = 0;
-  std::uint64_t wall_ns = 0;  // window_ns summed over the windows it was active in
+  std::uint64_t oncpu_ns = 0;
+  // window_ns summed over the windows it was active in. Its CUDA-issuing threads' time
+  // (thread_ns) is larger when it has several such threads: shares are taken of thread_ns.
+  std::uint64_t wall_ns = 0;
   std::uint64_t preemptions = 0;
   std::uint64_t worst_stall_ns = 0;   // longest call or outlier
   std::vector<Preemptor> preemptors;  // most CPU stolen first, at most kTopPreemptors
   std::uint64_t offcpu_ns() const { return runnable_ns + blocked_ns; }
+  std::uint64_t thread_ns() const { return offcpu_ns() + oncpu_ns; }
 };
 
 inline constexpr std::size_t kTopPreemptors = 5;

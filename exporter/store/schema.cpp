@@ -68,6 +68,11 @@ ALTER TABLE cgroups ADD COLUMN pod TEXT;
 ALTER TABLE cgroups ADD COLUMN namespace TEXT;
 ALTER TABLE cgroups ADD COLUMN container TEXT;
 )sql",
+    // 3 → 4: preemptors' thread names and kernel threads (NULL in rows written before).
+    R"sql(
+ALTER TABLE preemptor_windows ADD COLUMN thread TEXT;
+ALTER TABLE preemptor_windows ADD COLUMN kernel_thread INTEGER;
+)sql",
 };
 
 }  // namespace

@@ -48,7 +48,7 @@ constexpr const char* kCallWindowSql =
 
 constexpr const char* kPreemptorSql =
     "INSERT INTO preemptor_windows(ts_ns, cgroup, victim_pid, pid, comm, preemptor_cgroup, "
-    "runnable_ns, count) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    "runnable_ns, count, thread, kernel_thread) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 constexpr const char* kOutlierSql =
     "INSERT INTO outliers(ts_ns, cgroup, pid, tid, comm, call, api, duration_ns, runnable_ns, "
@@ -106,6 +106,7 @@ std::string contributors_json(const std::vector<chains::Contributor>& contributo
                    {"role", c.role},
                    {"cpu_ns", c.cpu_ns},
                    {"count", c.count}});
+    if (!c.thread.empty()) out.back()["thread"] = c.thread;
   }
   return dump_json(out);
 }
@@ -221,6 +222,8 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
       bind_opt(preemptors_, 5, pr.comm);
       bind_opt(preemptors_, 6, pr.cgroup);
       preemptors_.bind(7, i64(pr.runnable_ns)).bind(8, i64(pr.count));
+      bind_opt(preemptors_, 9, pr.thread);
+      preemptors_.bind(10, std::int64_t{pr.kernel_thread ? 1 : 0});
       if (auto r = done(preemptors_); !r) return r;
     }
   }

@@ -92,6 +92,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   for (auto& [id, slot] : cgroups_) slot.live = false;
 
   for (auto& s : sources_) s->read(*this, *snap);
+  for (const auto& [id, slot] : cgroups_) snap->cgroup_labels.emplace(id, slot.label);
   drop_vanished_cgroups();
   for (auto it = procs_.begin(); it != procs_.end();) {
     it = alive(it->first) ? std::next(it) : procs_.erase(it);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 
+#include "common/strings.h"
 #include "trace/map_iter.h"
 #include "trace/sources.h"
 #include "trace/tracer.h"
@@ -15,19 +16,40 @@ extern "C" {
 namespace stallwatch::trace {
 namespace {
 
-constexpr size_t kTopPreemptors = 10;       // per series in the snapshot
 constexpr size_t kRetainedPreemptors = 64;  // of exited victims, per cgroup, the heaviest
 
 OffcpuTotals totals_of(const offcpu_stats& s) {
   return OffcpuTotals{s.runnable_ns, s.blocked_ns, s.oncpu_ns, s.preemptions};
 }
 
-void merge(std::map<int, Preemptor>& into, const Preemptor& p) {
-  auto [it, fresh] = into.emplace(p.pid, p);
-  if (!fresh) {
-    it->second.runnable_ns += p.runnable_ns;
-    it->second.count += p.count;
+using PreemptorKey = std::pair<int, int>;  // victim pid, preemptor pid
+
+// Threads of one preempting process add up; the heaviest thread's name is kept beside the
+// process name.
+struct Merged {
+  Preemptor p;
+  std::uint64_t heaviest_thread_ns = 0;
+};
+
+void merge(std::map<PreemptorKey, Merged>& into, const Preemptor& p, std::uint64_t thread_ns,
+           const std::string& thread) {
+  auto [it, fresh] = into.try_emplace({p.victim_pid, p.pid});
+  Merged& m = it->second;
+  if (fresh) {
+    m.p = p;
+    m.p.runnable_ns = m.p.count = 0;
   }
+  m.p.runnable_ns += p.runnable_ns;
+  m.p.count += p.count;
+  if (thread_ns > m.heaviest_thread_ns || fresh) {
+    m.heaviest_thread_ns = thread_ns;
+    m.p.thread = thread;
+    if (!p.comm.empty()) m.p.comm = p.comm;  // the newest name of the process
+  }
+}
+
+std::string name_of(const char (&comm)[SW_COMM_LEN]) {
+  return escape_name(std::string_view(comm, strnlen(comm, SW_COMM_LEN)));
 }
 
 class SchedSource : public Source {
@@ -63,47 +85,55 @@ class SchedSource : public Source {
   }
 
   void read_preemptors(SourceContext& ctx, Snapshot& snap) {
-    std::map<std::string, std::map<int, Preemptor>> merged;  // by label, then preemptor pid
+    std::map<std::string, std::map<PreemptorKey, Merged>> merged;  // by label
     for_each_entry<preemptor_key, preemptor_stats>(
         preemptors_fd_, [&](const preemptor_key& k, const preemptor_stats& v) {
           CgroupSlot& slot = ctx.cgroup(k.victim_cgroup_id);
           Preemptor p;
           p.victim_pid = static_cast<int>(k.victim_tgid);
-          p.pid = static_cast<int>(k.preemptor_tgid);
-          p.comm = std::string(v.comm, strnlen(v.comm, sizeof(v.comm)));
-          p.cgroup = ctx.cgroup_path(v.preemptor_cgroup_id);
+          p.pid = static_cast<int>(v.id.tgid);
+          p.comm = name_of(v.id.process_comm);
+          p.ppid = static_cast<int>(v.id.ppid);
+          p.kernel_thread = (v.id.flags & SW_PREEMPTOR_KTHREAD) != 0;
+          p.cgroup = ctx.cgroup_path(v.id.cgroup_id);
           p.runnable_ns = v.runnable_ns;
           p.count = v.count;
+          std::string thread = name_of(v.id.comm);
+          if (p.comm.empty()) p.comm = thread;
+          if (thread == p.comm) thread.clear();
           if (!ctx.alive(p.victim_pid)) {
-            merge(retired_[k.victim_cgroup_id], p);  // the victim's evidence outlives it
+            // the victim's evidence outlives it
+            merge(retired_[k.victim_cgroup_id], p, v.runnable_ns, thread);
             return true;
           }
-          merge(merged[slot.label], p);
+          merge(merged[slot.label], p, v.runnable_ns, thread);
           return false;
         });
     for (auto& [id, r] : retired_) {
       while (r.size() > kRetainedPreemptors) {  // keep the heaviest
         auto lightest = std::min_element(r.begin(), r.end(), [](const auto& a, const auto& b) {
-          return a.second.runnable_ns < b.second.runnable_ns;
+          return a.second.p.runnable_ns < b.second.p.runnable_ns;
         });
         r.erase(lightest);
       }
       const std::string& label = ctx.cgroup(id).label;
-      for (const auto& [pid, p] : r) merge(merged[label], p);
+      for (const auto& [key, m] : r) merge(merged[label], m.p, m.heaviest_thread_ns, m.p.thread);
     }
-    for (auto& [label, by_pid] : merged) {
+    // Every preemptor is kept (the map bounds them): a cut by cumulative time would hide a new
+    // hog behind a long job's old ones, and would count its whole history into the window it
+    // entered the cut.
+    for (auto& [label, by_key] : merged) {
       auto& p = snap.series[label].preemptors;
-      for (auto& [pid, pre] : by_pid) p.push_back(std::move(pre));
+      for (auto& [key, m] : by_key) p.push_back(std::move(m.p));
       std::sort(p.begin(), p.end(), [](const Preemptor& a, const Preemptor& b) {
         return a.runnable_ns > b.runnable_ns;
       });
-      if (p.size() > kTopPreemptors) p.resize(kTopPreemptors);
     }
   }
 
   int offcpu_fd_;
   int preemptors_fd_;
-  std::map<std::uint64_t, std::map<int, Preemptor>> retired_;  // by victim cgroup id, pid
+  std::map<std::uint64_t, std::map<PreemptorKey, Merged>> retired_;  // by victim cgroup id
 };
 
 }  // namespace

@@ -45,11 +45,16 @@ struct OffcpuTotals {
 // A task that kept CUDA-issuing threads of a series off the CPU.
 struct Preemptor {
   int victim_pid = 0;
-  int pid = 0;
-  std::string comm;
-  std::string cgroup;  // the preemptor's cgroup path
+  int pid = 0;          // the preempting process (thread group)
+  std::string comm;     // its name as it is now (the thread-group leader's comm)
+  std::string cgroup;   // the preemptor's cgroup path
   std::uint64_t runnable_ns = 0;
   std::uint64_t count = 0;
+  // The name of its thread that took the most, when that differs from comm
+  // ("pt_data_worker" in python3, "flb-pipeline" in fluent-bit); else empty.
+  std::string thread;
+  int ppid = 0;                // its parent process: the victim's own children are its workers
+  bool kernel_thread = false;  // ksoftirqd, kworker, migration: no renice advice
 };
 
 // Per process and call, for the chain engine and explain --per-process (not exported as
@@ -172,7 +177,7 @@ struct Series : SeriesTotals {
   double starvation_ratio = 0;
   std::vector<ProcessCall> processes;
   std::map<int, ProcessInfo> process_info;  // by pid, live processes only
-  std::vector<Preemptor> preemptors;  // top first by runnable_ns, at most 10
+  std::vector<Preemptor> preemptors;  // every one the kernel's map holds, top first
   PressureTotals pressure;
   std::vector<ProcessIo> io_processes;   // live processes only
   std::vector<ProcessNccl> nccl_processes;  // live processes only
@@ -237,6 +242,10 @@ struct Snapshot {
   std::chrono::system_clock::time_point taken{};
   std::chrono::nanoseconds window{};
   std::map<std::string, Series> series;  // by `cgroup` label
+  // The label of every cgroup id the sources met this window, those gone during it included:
+  // outlier records (which carry the id) of a process that has already exited still find
+  // their series.
+  std::map<std::uint64_t, std::string> cgroup_labels;
   std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
   std::uint64_t outliers = 0;            // outlier records received, cumulative
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now

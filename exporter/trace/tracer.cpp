@@ -15,6 +15,7 @@
 #include <ctime>
 #include <vector>
 
+#include "common/strings.h"
 #include "common/log.h"
 
 extern "C" {
@@ -242,7 +243,7 @@ int Tracer::handle_host_event(void* ctx, void* data, size_t size) {
   if (e.kind != SW_HOST_OOM_KILL) return 0;
   OomKill kill;
   kill.pid = static_cast<int>(e.tgid);
-  kill.comm = std::string(e.comm, strnlen(e.comm, sizeof(e.comm)));
+  kill.comm = escape_name(std::string_view(e.comm, strnlen(e.comm, sizeof(e.comm))));
   kill.cuda = e.cuda != 0;
   kill.at_ns = unix_ns_of_monotonic(e.ts_ns);
   self->oom_kill_handler_(e.cgroup_id, std::move(kill));

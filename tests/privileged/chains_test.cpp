@@ -5,7 +5,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "support/harness.h"
@@ -14,6 +20,23 @@ namespace stallwatch::test {
 namespace {
 
 const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
+
+// 13 bytes: fits a comm (15). What `prctl(PR_SET_NAME)` lets any user call a process.
+const std::string kHostileName = "x\nsh /tmp/p #";
+
+// A copy of yes(1) named sw-shipper in a new temporary directory (a busy process with a name
+// of our choosing); returns its path.
+std::string copy_of_yes() {
+  char dir[] = "/tmp/stallwatch-chains-XXXXXX";
+  if (!mkdtemp(dir)) return "/usr/bin/yes";
+  const std::string path = std::string(dir) + "/sw-shipper";
+  std::ifstream in("/usr/bin/yes", std::ios::binary);
+  std::ofstream out(path, std::ios::binary);
+  out << in.rdbuf();
+  out.close();
+  chmod(path.c_str(), 0755);
+  return path;
+}
 
 std::string unique(const std::string& name) {
   return "stallwatch-chains-" + std::to_string(getpid()) + "/" + name;
@@ -82,9 +105,18 @@ TEST(Chains, PinnedCpuHogsOpenACpuContentionChainNamingThemAndCalmOpensNone) {
   EXPECT_EQ(c.calls, 600);
   EXPECT_EQ(c.active_any, 0) << daemon.metrics();
 
-  // Hot: two hogs pinned to the workload's CPU, in another cgroup.
+  // Hot: three hogs pinned to the workload's CPU, in another cgroup. One names itself like an
+  // attacker would (a newline, then a command); one is started through taskset, which moves
+  // to the CPU (preempting the workload) under its own name before it execs the hog
+  // (issue #16: it used to be reported as `taskset`).
   pid_t hog1 = start_hog("sw-hog-1", cpu, agents.dir());
-  pid_t hog2 = start_hog("sw-hog-2", cpu, agents.dir());
+  pid_t hog2 = start_hog(kHostileName, cpu, agents.dir());
+  const std::string shipper = copy_of_yes();
+  Spawn wrapped;
+  wrapped.argv = {"/usr/bin/taskset", "-c", std::to_string(cpu), shipper};
+  wrapped.cgroup_dir = agents.dir();
+  wrapped.output_path = "/dev/null";
+  pid_t hog3 = spawn(wrapped);
   w = start_workload(hot, cpu, 2000);
   long first_window = -1, opened_at = -1;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(40);
@@ -107,16 +139,42 @@ TEST(Chains, PinnedCpuHogsOpenACpuContentionChainNamingThemAndCalmOpensNone) {
 
   // The store has it, and explain (a separate read-only process, while the daemon writes)
   // names the hogs and recommends a fix.
+  // Two windows more, so the chain has seen every hog for a while.
+  ASSERT_TRUE(daemon.wait_windows(2)) << daemon.log_path();
   std::string json = run_capture(std::string(STALLWATCH_BIN) + " explain --db " +
                                  daemon.db_path() + " --since 10m --json");
+  std::string text = run_capture(std::string(STALLWATCH_BIN) + " explain --db " +
+                                 daemon.db_path() + " --since 10m");
+  if (std::getenv("STALLWATCH_TEST_SHOW")) std::cout << text;
   kill_and_reap(hog1);
   kill_and_reap(hog2);
+  kill_and_reap(hog3);
+  unlink(shipper.c_str());
+  rmdir(shipper.substr(0, shipper.rfind('/')).c_str());
   kill(w, SIGKILL);
   wait_exit(w, std::chrono::seconds(10));
   EXPECT_NE(json.find("\"kind\":\"cpu_contention\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"comm\":\"sw-hog-1\""), std::string::npos) << json;
-  EXPECT_NE(json.find("\"comm\":\"sw-hog-2\""), std::string::npos) << json;
-  EXPECT_NE(json.find("taskset"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"comm\":\"sw-shipper\""), std::string::npos) << json;
+  EXPECT_EQ(json.find("\"comm\":\"taskset\""), std::string::npos)
+      << "the wrapper's name must not stick to what it exec'ed: " << json;
+  // The hostile name is kept, escaped: "x\nsh /tmp/p #" as text, in JSON its backslash doubled.
+  EXPECT_NE(json.find(R"("comm":"x\\nsh /tmp/p #")"), std::string::npos) << json;
+  EXPECT_NE(json.find("taskset -acp"), std::string::npos) << json;
+  // explain prints no control character but newlines, and no line of it is the attacker's
+  // command: every Fix line stays one line.
+  ASSERT_NE(text.find("cpu_contention"), std::string::npos) << text;
+  for (char ch : text) {
+    EXPECT_TRUE(static_cast<unsigned char>(ch) >= 0x20 || ch == '\n')
+        << "control character " << static_cast<int>(ch) << " in:\n" << text;
+  }
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t start = line.find_first_not_of(' ');
+    EXPECT_FALSE(start != std::string::npos && line.compare(start, 10, "sh /tmp/p ") == 0)
+        << "injected line: " << line << "\nin:\n" << text;
+  }
+  EXPECT_NE(text.find("x\\nsh /tmp/p #"), std::string::npos) << text;
   EXPECT_EQ(json.find("\"cgroup\":\"" + calm.label() + "\""), std::string::npos)
       << "the calm cgroup must have no chain: " << json;
 

@@ -166,7 +166,9 @@ class TestDb {
   void preemptor(std::int64_t ts, const std::string& cgroup, int victim, int pid,
                  const std::string& comm, const std::string& pcgroup, std::int64_t runnable,
                  std::int64_t count) {
-    auto st = prep("INSERT INTO preemptor_windows VALUES(?,?,?,?,?,?,?,?)");
+    auto st = prep(
+        "INSERT INTO preemptor_windows(ts_ns, cgroup, victim_pid, pid, comm, preemptor_cgroup, "
+        "runnable_ns, count) VALUES(?,?,?,?,?,?,?,?)");
     st.bind(1, ts).bind(2, cgroup).bind(3, std::int64_t{victim}).bind(4, std::int64_t{pid});
     st.bind(5, comm).bind(6, pcgroup).bind(7, runnable).bind(8, count);
     done(st);
@@ -620,7 +622,7 @@ TEST(ExplainFormatTest, JsonEscapesEverything) {
   c.cgroup = "/weird\"path\\\n\x01";
   c.comm = std::string("bad\xff");
   c.recommendation = "line1\nline2\t\"quoted\"";
-  c.contributors.push_back({"co\"mm", 1, "/", "preemptor", 5, 6});
+  c.contributors.push_back({"co\"mm", 1, "/", "preemptor", 5, 6, {}});
   c.evidence.emplace_back("x\"y", NAN);
   r.chains.push_back(c);
   const std::string json = cli::render_explain_json(r);

@@ -351,7 +351,7 @@ chains::Chain chain(std::string id, chains::Severity sev, bool open) {
   c.updated_ns = static_cast<std::int64_t>(kStart + 10 * kS);
   c.summary = "[HIGH] cpu_contention: cudaStreamSynchronize p99 7 ms (was 7 µs)";
   c.evidence = {{"runnable_share", 0.52}};
-  c.contributors = {{"fluent-bit", 77, "/system.slice/fluent-bit.service", "preemptor", 1, 2}};
+  c.contributors = {{"fluent-bit", 77, "/system.slice/fluent-bit.service", "preemptor", 1, 2, {}}};
   return c;
 }
 

@@ -86,7 +86,10 @@ chains::ProcessWindow process(const std::string& cgroup, int pid, std::int64_t s
                                    .comm = "fluent-bit",
                                    .cgroup = "/system.slice/fluent-bit.service",
                                    .runnable_ns = 2'500'000,
-                                   .count = 12});
+                                   .count = 12,
+                                   .thread = "flb-pipeline",
+                                   .ppid = 1,
+                                   .kernel_thread = false});
   return p;
 }
 
@@ -119,7 +122,8 @@ chains::Chain chain(const std::string& id, std::int64_t at_ns) {
                             .cgroup = "/system.slice/fluent-bit.service",
                             .role = "preemptor",
                             .cpu_ns = 2'500'000,
-                            .count = 12});
+                            .count = 12,
+                            .thread = "flb-pipeline"});
   c.evidence = {{"runnable_share", 0.5}, {"preemptions", 17}};
   return c;
 }
@@ -244,7 +248,7 @@ TEST(StoreTest, WritesBatchAsExactRows) {
   EXPECT_EQ(decode_buckets(st->blob(0)), b.processes[0].calls.rbegin()->second.buckets);
   EXPECT_EQ(rows(db.get(), "SELECT * FROM preemptor_windows"),
             std::vector<std::string>{t + "|/kubepods.slice/pod1|4242|777|fluent-bit|"
-                                         "/system.slice/fluent-bit.service|2500000|12"});
+                                         "/system.slice/fluent-bit.service|2500000|12|flb-pipeline|0"});
   EXPECT_EQ(rows(db.get(), "SELECT * FROM outliers"),
             std::vector<std::string>{std::to_string(ts - kSecond) +
                                      "|/kubepods.slice/pod1|4242|4243|python3|"
@@ -264,7 +268,7 @@ TEST(StoreTest, WritesBatchAsExactRows) {
   EXPECT_EQ(rows(db.get(), "SELECT contributors, evidence FROM chains"),
             std::vector<std::string>{
                 R"([{"comm":"fluent-bit","pid":777,"cgroup":"/system.slice/fluent-bit.service",)"
-                R"("role":"preemptor","cpu_ns":2500000,"count":12}]|)"
+                R"("role":"preemptor","cpu_ns":2500000,"count":12,"thread":"flb-pipeline"}]|)"
                 R"({"runnable_share":0.5,"preemptions":17})"});
   // The JSON columns are usable from SQL.
   EXPECT_EQ(rows(db.get(),
@@ -425,7 +429,8 @@ TEST(StoreTest, RefusesNewerSchema) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message,
             path +
-                ": database schema version 99 is newer than this stallwatch understands (3); "
+                ": database schema version 99 is newer than this stallwatch understands (" +
+                std::to_string(kSchemaVersion) + "); "
                 "upgrade stallwatch or use another --db");
   auto db = open_plain(path);
   EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), 99);

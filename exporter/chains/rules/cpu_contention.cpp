@@ -5,6 +5,7 @@
 #include "chains/format.h"
 #include "chains/rule.h"
 #include "chains/rule_helpers.h"
+#include "common/strings.h"
 
 namespace stallwatch::chains {
 namespace {
@@ -13,48 +14,135 @@ struct Thresholds {
   double call_share = 0.10;        // runnable share of the CUDA call time
   double thread_share = 0.20;      // or of the CUDA threads' wall time
   double min_window_share = 0.01;  // and runnable time ≥ this share of the window
+  // A contributor gets a Fix line when it took at least this share of the process's runnable
+  // wait over the chain's life (docs/chains.md "Advice only where it helps").
+  double material_share = 0.05;
 };
 
-std::string advise(const Chain& c, int host_cpus) {
+constexpr size_t kMaxContributors = 10;
+
+// Who a preemptor is to the process it kept waiting. The order is the precedence.
+std::string role_of(const Preemptor& pre, const ProcessWindow& p) {
+  if (pre.pid == p.pid) return "preemptor, same process";        // its own threads
+  if (pre.kernel_thread) return "preemptor, kernel thread";      // ksoftirqd, kworker, ...
+  if (pre.ppid == p.pid) return "preemptor, worker of the job";  // DataLoader workers
+  if (pre.cgroup == p.cgroup) return "preemptor, same workload";
+  return "preemptor, other workload";
+}
+
+bool is(const Contributor& k, std::string_view role) { return k.role == role; }
+
+// This window's preemptors added to those of the chain's earlier windows (same process and
+// role), heaviest first: the culprit is the one that took the most over the whole stall, not
+// in its latest window.
+std::vector<Contributor> accumulate(const Chain* before, const ProcessWindow& p) {
+  std::vector<Contributor> out;
+  if (before) out = before->contributors;
+  for (const auto& pre : p.preemptors) {
+    const std::string role = role_of(pre, p);
+    auto it = std::find_if(out.begin(), out.end(), [&](const Contributor& k) {
+      return k.pid == pre.pid && k.role == role;
+    });
+    if (it == out.end()) {
+      out.push_back(Contributor{pre.comm, pre.pid, pre.cgroup, role, 0, 0, pre.thread});
+      it = out.end() - 1;
+    }
+    it->comm = pre.comm;  // as it is named now
+    if (!pre.thread.empty()) it->thread = pre.thread;
+    it->cpu_ns += pre.runnable_ns;
+    it->count += pre.count;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Contributor& a, const Contributor& b) {
+    return a.cpu_ns > b.cpu_ns;
+  });
+  if (out.size() > kMaxContributors) out.resize(kMaxContributors);
+  return out;
+}
+
+double evidence_of(const Chain* c, std::string_view name) {
+  if (!c) return 0;
+  for (const auto& [n, v] : c->evidence) {
+    if (n == name) return v;
+  }
+  return 0;
+}
+
+std::string names_of(const std::vector<const Contributor*>& ks) {
+  std::string out;
+  for (const auto* k : ks) {
+    if (!out.empty()) out += ", ";
+    out += k->thread.empty() ? k->comm : k->thread;
+  }
+  return out;
+}
+
+// Fix lines only for what took a material share of the wait (`material_ns`), and only what
+// helps for each kind of preemptor: no renice for kernel threads or the job's own threads.
+// Names here are already escaped (one printable line, escape_name); a unit that enters a
+// command is shell-quoted.
+std::string advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
+  std::vector<const Contributor*> outsiders, kernel, workers, own;
+  for (const auto& k : c.contributors) {
+    if (k.cpu_ns == 0 || k.cpu_ns < material_ns) continue;
+    if (is(k, "preemptor, kernel thread")) {
+      kernel.push_back(&k);
+    } else if (is(k, "preemptor, worker of the job")) {
+      workers.push_back(&k);
+    } else if (is(k, "preemptor, same process")) {
+      own.push_back(&k);
+    } else {
+      outsiders.push_back(&k);
+    }
+  }
   std::string out;
   const std::string pid = std::to_string(c.pid);
-  if (host_cpus >= 3) {
-    const std::string mine = "0-" + std::to_string(host_cpus - 2);
-    out += advice_line("taskset -acp " + mine + " " + pid,
-                       "pin " + c.comm + " and its threads to cores " + mine);
-  } else {
-    out += advice_line("taskset -acp 0 " + pid, "pin " + c.comm + " to core 0");
-  }
   const std::string spare = std::to_string(host_cpus >= 2 ? host_cpus - 1 : 0);
-  bool same_workload = false;
-  size_t shown = 0;
-  for (const auto& k : c.contributors) {
-    if (k.cgroup == c.identity.cgroup) {
-      same_workload = true;
-      continue;
-    }
-    if (shown++ == 3) break;
-    const std::string kp = std::to_string(k.pid);
-    out += advice_line("renice -n 19 -p " + kp + "; taskset -acp " + spare + " " + kp,
-                       "lower " + k.comm + " and keep it off the training cores");
-    const std::string unit = last_component(k.cgroup);
-    if (unit.ends_with(".service")) {
-      out += advice_line("systemctl set-property " + unit + " CPUWeight=20 AllowedCPUs=" + spare,
-                         "make it last for " + unit);
-    } else if (in_kubepods(k.cgroup)) {
-      out += "# " + k.comm + " runs in another pod: lower its CPU limit, or schedule it away\n";
+  if (!outsiders.empty()) {
+    if (host_cpus >= 3) {
+      const std::string mine = "0-" + std::to_string(host_cpus - 2);
+      out += advice_line("taskset -acp " + mine + " " + pid,
+                         "pin " + c.comm + " and its threads to cores " + mine);
+    } else {
+      out += advice_line("taskset -acp 0 " + pid, "pin " + c.comm + " to core 0");
     }
   }
-  if (same_workload) {
+  size_t shown = 0;
+  for (const auto* k : outsiders) {
+    if (shown++ == 3) break;
+    const std::string kp = std::to_string(k->pid);
+    out += advice_line("renice -n 19 -p " + kp + "; taskset -acp " + spare + " " + kp,
+                       "lower " + k->comm + " and keep it off the training cores");
+    const std::string unit = last_component(k->cgroup);
+    if (unit.ends_with(".service")) {
+      out += advice_line(
+          "systemctl set-property " + shell_quote(unit) + " CPUWeight=20 AllowedCPUs=" + spare,
+          "make it last for " + escape_name(unit));
+    } else if (k->cgroup == c.identity.cgroup) {
+      out += "# " + k->comm + " runs in the job's own cgroup but is not its child: move it out (a "
+             "sidecar of its own) or give the job the cores both need\n";
+    } else if (in_kubepods(k->cgroup)) {
+      out += "# " + k->comm + " runs in another pod: lower its CPU limit, or schedule it away\n";
+    }
+  }
+  if (!workers.empty()) {
     out += advice_line("DataLoader(num_workers=<free cores - 1>, persistent_workers=True)",
                        "workers of the same job compete with the CUDA-issuing thread");
+  }
+  if (!kernel.empty()) {
+    out += "# kernel threads (" + names_of(kernel) +
+           ") took the CPU: steer interrupts off the training cores (/proc/irq/*/smp_affinity, "
+           "irqbalance) or isolate them (isolcpus=, nohz_full=)\n";
+  }
+  if (!own.empty()) {
+    out += "# " + c.comm + "'s own threads (" + names_of(own) +
+           ") compete with its CUDA-issuing thread: give it more cores\n";
   }
   if (in_kubepods(c.identity.cgroup)) {
     out += advice_line(
         "resources: {requests: {cpu: \"6\"}, limits: {cpu: \"6\"}}",
         "Guaranteed QoS with integer CPUs: the static CPU manager gives exclusive cores");
   }
-  if (c.contributors.empty()) {
+  if (outsiders.empty() && kernel.empty() && workers.empty() && own.empty()) {
     out += advice_line("stallwatch explain --per-process --since 15m",
                        "find what else runs on the workload's CPUs (top -H also helps)");
   }
@@ -100,13 +188,11 @@ class CpuContention : public Rule {
     CallStat st = stat_of(worst_id, *worst);
     const Baseline* b = ctx.baseline(p, worst_id);
     set_call(c, st, b);
-    for (const auto& pre : p.preemptors) {
-      if (c.contributors.size() == 10) break;  // as many as the snapshot keeps
-      c.contributors.push_back(Contributor{
-          pre.comm, pre.pid, pre.cgroup,
-          pre.cgroup == p.cgroup ? "preemptor, same workload" : "preemptor, other workload",
-          pre.runnable_ns, pre.count});
-    }
+    const Chain* before = ctx.current_chain ? ctx.current_chain(kind(), p.cgroup, p.pid) : nullptr;
+    c.contributors = accumulate(before, p);
+    // The process's runnable wait over the chain's windows: what the contributors' stolen
+    // time is part of.
+    const double chain_runnable = evidence_of(before, "chain_runnable_s") + secs(p.offcpu.runnable_ns);
     const std::uint64_t stall = ctx.worst_stall_ns(p);
     c.evidence = {{"call_runnable_share", call_share},
                   {"thread_runnable_share", thread_share},
@@ -116,26 +202,37 @@ class CpuContention : public Rule {
                   {"offcpu_blocked_s", secs(p.offcpu.blocked_ns)},
                   {"thread_time_s", secs(thread_ns)},
                   {"preemptions", static_cast<double>(p.offcpu.preemptions)},
-                  {"worst_stall_s", secs(stall)}};
+                  {"worst_stall_s", secs(stall)},
+                  {"chain_runnable_s", chain_runnable}};
     c.root_cause = p.comm + " (PID " + std::to_string(p.pid) + ") was runnable but off-CPU for " +
                    percent(call_share) + " of its CUDA call time (" + human_ns(runnable) + " of " +
                    human_ns(cuda) + ") and " + percent(thread_share) +
                    " of its CUDA threads' time; " + thousands(p.offcpu.preemptions) +
                    " preemptions, worst stall " + human_ns(stall);
-    if (c.contributors.empty()) {
+    // The culprit: the heaviest preemptor that is not the process's own thread, if any.
+    const Contributor* top = nullptr;
+    for (const auto& k : c.contributors) {
+      if (!is(k, "preemptor, same process")) {
+        top = &k;
+        break;
+      }
+    }
+    if (!top && !c.contributors.empty()) top = &c.contributors[0];
+    if (!top) {
       c.root_cause += "; the preempting tasks were not identified";
     } else {
-      c.root_cause += "; top preemptor " + c.contributors[0].comm + " (PID " +
-                      std::to_string(c.contributors[0].pid) + ") took " +
-                      human_ns(c.contributors[0].cpu_ns);
+      c.root_cause += "; top preemptor " + top->comm + (top->thread.empty() ? "" : " thread " + top->thread) +
+                      " (PID " + std::to_string(top->pid) + ") took " + human_ns(top->cpu_ns) +
+                      (before ? " since the chain began" : "");
     }
     c.effect = effect_text(st, b);
     c.summary = summary_of(
         c,
         c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) + ") waited for a CPU " +
             percent(s) + " of the time" +
-            (c.contributors.empty() ? std::string() : ", preempted by " + c.contributors[0].comm));
-    c.recommendation = advise(c, ctx.options.host_cpus);
+            (top ? ", preempted by " + top->comm : std::string()));
+    c.recommendation = advise(c, ctx.options.host_cpus,
+                              static_cast<std::uint64_t>(th_.material_share * chain_runnable * 1e9));
     out.push_back(std::move(f));
   }
 

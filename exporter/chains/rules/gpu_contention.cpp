@@ -89,7 +89,7 @@ class GpuContention : public Rule {
         c.contributors.push_back(Contributor{
             q->comm, q->pid, q->cgroup,
             q->cgroup == p.cgroup ? "CUDA process, same workload" : "CUDA process, other workload",
-            q->cuda_ns(), calls});
+            q->cuda_ns(), calls, {}});
       }
     }
     c.evidence = {{"other_cuda_processes", static_cast<double>(others.size())},

@@ -94,7 +94,7 @@ class IoStall : public Rule {
                      [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
     for (const auto& [pid, k] : ranked) {
       if (c.contributors.size() == 10) break;
-      c.contributors.push_back(Contributor{k.comm, pid, s.cgroup, "I/O submitter", k.ns, k.count});
+      c.contributors.push_back(Contributor{k.comm, pid, s.cgroup, "I/O submitter", k.ns, k.count, {}});
     }
     const auto procs = ctx.cuda_processes(s.cgroup);
     const ProcessWindow* main = procs.empty() ? nullptr : procs[0];

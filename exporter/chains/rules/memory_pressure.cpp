@@ -122,7 +122,7 @@ class MemoryPressure : public Rule {
     if (oom) {
       for (auto it = oom->victims.rbegin(); it != oom->victims.rend(); ++it) {  // latest first
         if (c.contributors.size() == 10) break;
-        c.contributors.push_back(Contributor{it->comm, it->pid, s.cgroup, "OOM victim", 0, 0});
+        c.contributors.push_back(Contributor{it->comm, it->pid, s.cgroup, "OOM victim", 0, 0, {}});
       }
     }
     const bool memcg = s.reclaim.memcg_ns >= s.reclaim.direct_ns;

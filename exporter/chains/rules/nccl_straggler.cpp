@@ -139,7 +139,7 @@ class NcclStraggler : public Rule {
         peer_p99.push_back(q->quantile(0.99));
         if (c.contributors.size() < 16) {
           c.contributors.push_back(Contributor{q->p->comm, q->p->pid, q->p->cgroup, "peer rank",
-                                               q->t.sum_ns, q->t.count});
+                                               q->t.sum_ns, q->t.count, {}});
         }
       }
       c.baseline_p50_s = median(peer_p50);
