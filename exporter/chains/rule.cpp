@@ -38,6 +38,28 @@ std::uint64_t WindowContext::worst_stall_ns(const ProcessWindow& p) const {
   return worst;
 }
 
+double WindowContext::excess_runnable_share(const ProcessWindow& p, std::uint32_t call_id,
+                                            const CallTotals& t, double ref_s) const {
+  const double ref_ns = std::max(0.0, ref_s * 1e9);
+  const trace::OutlierRecord* longest = nullptr;
+  for (const auto& r : outliers.worst) {  // longest first
+    if (static_cast<int>(r.tgid) == p.pid && r.call_id == call_id) {
+      longest = &r;
+      break;
+    }
+  }
+  double runnable = 0, excess = 0;
+  if (longest) {
+    runnable = static_cast<double>(longest->runnable_ns);
+    excess = static_cast<double>(longest->duration_ns) - ref_ns;
+  } else {
+    runnable = static_cast<double>(t.runnable_ns);
+    excess = static_cast<double>(t.sum_ns) - ref_ns * static_cast<double>(t.count);
+  }
+  if (excess <= 0) return 0;
+  return std::clamp(runnable / excess, 0.0, 1.0);
+}
+
 std::vector<const ProcessWindow*> WindowContext::cuda_processes(const std::string& cgroup) const {
   std::vector<const ProcessWindow*> out;
   for (const auto& p : view.processes) {

@@ -68,6 +68,12 @@ struct WindowContext {
   const Baseline* baseline(const ProcessWindow& p, std::uint32_t call_id) const;
   // The worst call of the process in the window, outlier records included.
   std::uint64_t worst_stall_ns(const ProcessWindow& p) const;
+  // How much of a slow call's time above `ref_s` (its usual latency) it spent runnable
+  // off-CPU, 0..1: from the process's longest outlier record of that call this window when
+  // there is one (the kernel's split of that very call), else from the window's totals of the
+  // call. A slow call that mostly waited for a CPU is CPU contention, whatever the call.
+  double excess_runnable_share(const ProcessWindow& p, std::uint32_t call_id,
+                               const CallTotals& t, double ref_s) const;
   // The series' CUDA processes this window, most CUDA time first.
   std::vector<const ProcessWindow*> cuda_processes(const std::string& cgroup) const;
 };

@@ -292,6 +292,27 @@ TEST(ChainNegatives, SingleSlowCallOpensNothing) {
   EXPECT_TRUE(d.engine.open_chains().empty());
 }
 
+// Issue #16: cudaMalloc slowed 3000x because the thread waited for a CPU inside it (the
+// kernel's split says runnable) is CPU contention, not the allocator: no alloc_spike, while
+// the same spikes spent on-CPU or blocked in the driver are one.
+TEST(ChainNegatives, MallocSpikesThatWaitedForACpuAreNoAllocSpike) {
+  for (const double runnable : {0.9, 0.0}) {
+    Driver d;
+    for (int i = 0; i < 5; i++) d.step(with(calm()));
+    for (int i = 0; i < 12; i++) {
+      d.step([&](demo::SyntheticHost& h, std::int64_t end) {
+        with(calm())(h, end);
+        const bool spike = i % 4 == 3;
+        h.calls(kPid, {"cudaMalloc", 6, 15000, spike ? 40000000u : 0u, spike ? 1.0 / 6 : 0,
+                       runnable, runnable > 0 ? 0.0 : 0.8});
+      });
+    }
+    bool alloc_spike = false;
+    for (const auto& c : d.all) alloc_spike |= c.kind == Kind::kAllocSpike;
+    EXPECT_EQ(alloc_spike, runnable == 0.0) << "runnable share " << runnable;
+  }
+}
+
 TEST(ChainNegatives, RunnableJustUnderThresholdsStaysSilent) {
   Driver d;
   for (int i = 0; i < 5; i++) d.step(with(calm()));

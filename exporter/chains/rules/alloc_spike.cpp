@@ -18,6 +18,9 @@ struct Thresholds {
   size_t memory_windows = 64;  // a second spike within this many windows makes a pattern
   double medium_ratio = 100;   // a spike this large is at least medium
   int min_close_after = 6;     // windows without a spike before the chain closes (at least)
+  // A spike that spent at least this share of its excess runnable off-CPU was the CPU, not
+  // the allocator (cpu_contention names it): not a spike of this kind.
+  double contention_share = 0.5;
 };
 
 std::string advise() {
@@ -48,6 +51,7 @@ class AllocSpike : public Rule {
       if (ref <= 0) continue;
       const double worst = secs(st.max_ns);
       if (worst < std::max(th_.ratio * ref, th_.min_s)) continue;
+      if (ctx.excess_runnable_share(p, id, t, ref) >= th_.contention_share) continue;
 
       auto& spikes = spikes_[{p.cgroup, p.pid}];
       spikes.push_back(view.end_ns);

@@ -69,6 +69,11 @@ class ColdStart : public Rule {
     }
     const double worst = secs(first_totals.max_ns);
     if (steady <= 0 || worst < th_.min_s || worst < th_.ratio * steady) return;
+    // First calls that mostly waited for a CPU were slowed by contention, not by a cold start.
+    if (share(static_cast<double>(first_totals.runnable_ns),
+              static_cast<double>(first_totals.sum_ns)) >= 0.5) {
+      return;
+    }
 
     CallStat st = stat_of(first_id, first_totals);
     Finding f;

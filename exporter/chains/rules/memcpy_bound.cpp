@@ -35,12 +35,13 @@ class MemcpyBound : public Rule {
 
   void process(const WindowContext& ctx, const ProcessWindow& p,
                std::vector<Finding>& out) override {
+    // Time in copies less the time they waited for a CPU inside (that is cpu_contention's).
     std::uint64_t copy = 0;
     const CallTotals* top = nullptr;
     std::uint32_t top_id = 0;
     for (const auto& [id, t] : p.calls) {
       if (!is_copy_call(id)) continue;
-      copy += t.sum_ns;
+      copy += t.sum_ns - std::min(t.sum_ns, t.runnable_ns);
       if (!top || t.sum_ns > top->sum_ns) {
         top = &t;
         top_id = id;
