@@ -325,7 +325,9 @@ function overview() {
       [`sum by (instance, reason) (rate(stallwatch_otlp_points_dropped_total${SELF}[${RI}]))`, '{{instance}} otlp dropped {{reason}}'],
       [`sum by (instance) (rate(stallwatch_store_write_errors_total${SELF}[${RI}]))`, '{{instance}} store write errors'],
       [`sum by (instance) (rate(stallwatch_store_batches_dropped_total${SELF}[${RI}]))`, '{{instance}} store batches dropped'],
-    ], { unit: 'cps', w: 24, min: 0 }));
+    ], { unit: 'cps', w: 16, min: 0 }));
+  p.push(timeseries('CPU taken by the hypervisor and interrupts', 'stallwatch_cpu_stolen_ratio: share of the most affected CPU\'s time in the last window taken by the hypervisor (steal) or by interrupts (irq). Time the scheduler counts as the running thread\'s own: the cpu_steal chain.',
+    [[`max by (instance, source) (stallwatch_cpu_stolen_ratio${SELF})`, '{{instance}} {{source}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
   return dashboard({
     uid: 'stallwatch-overview',
     title: 'GPU stalls — overview',

@@ -227,6 +227,20 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
          MetricKind::kGauge, "{probe}", count(snap.attached_probes));
   single("stallwatch_snapshot_sequence", "Number of the window the exposition was built from.",
          MetricKind::kGauge, "1", count(snap.sequence));
+  if (!snap.cpu_stolen.empty()) {
+    double steal = 0, irq = 0;
+    for (const auto& c : snap.cpu_stolen) {
+      steal = std::max(steal, c.steal);
+      irq = std::max(irq, c.irq);
+    }
+    auto f = family("stallwatch_cpu_stolen_ratio",
+                    "Share of the most affected CPU's time in the last window taken by the "
+                    "hypervisor (source=steal) or by interrupts (source=irq: hard and soft).",
+                    MetricKind::kGauge, "1");
+    f.points.push_back(point(nullptr, {{"source", "steal"}}, steal));
+    f.points.push_back(point(nullptr, {{"source", "irq"}}, irq));
+    out.push_back(std::move(f));
+  }
   single("stallwatch_build_info", "Version of the running stallwatch (value 1).",
          MetricKind::kGauge, "1", 1, {{"version", build.version}, {"revision", build.revision}});
 }

@@ -99,6 +99,7 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
     for (auto& [label, s] : snap->series) kube.annotate(s.identity);
     ctx.cpu_busy = 0.35;
     ctx.mem_used = 0.62;
+    ctx.cpu_stolen = snap->cpu_stolen;
     ctx.load1 = 3.1;
     for (const auto& c : pipeline.engine().open_chains()) {
       if (c.kind == chains::Kind::kCpuContention) {

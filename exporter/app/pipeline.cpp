@@ -50,6 +50,7 @@ Pipeline::Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store
 std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
                                             const chains::OutlierWindow& outliers,
                                             const store::HostContext& host) {
+  snap->cpu_stolen = host.cpu_stolen;
   chains::WindowView view = chains::diff_windows(previous_.get(), *snap);
   chains::set_window_ratios(*snap, view);
   std::vector<chains::Chain> changed = engine_.observe(*snap, view, outliers);

@@ -17,6 +17,7 @@ namespace stallwatch::chains {
 
 enum class Kind : std::uint8_t {
   kCpuContention,
+  kCpuSteal,
   kMemoryPressure,
   kIoStall,
   kNetworkRetransmit,
@@ -51,6 +52,7 @@ using RuleFactory = std::unique_ptr<Rule> (*)();
 
 // One factory per rule file (chains/rules/<kind>.cpp).
 std::unique_ptr<Rule> make_cpu_contention_rule();
+std::unique_ptr<Rule> make_cpu_steal_rule();
 std::unique_ptr<Rule> make_alloc_spike_rule();
 std::unique_ptr<Rule> make_cold_start_rule();
 std::unique_ptr<Rule> make_memcpy_bound_rule();
@@ -70,13 +72,19 @@ struct KindInfo {
 };
 
 // Rows in Kind order (kind_info relies on it).
-inline constexpr std::array<KindInfo, 9> kKinds = {{
+inline constexpr std::array<KindInfo, 10> kKinds = {{
     {Kind::kCpuContention,
      "cpu_contention",
      "cpu_contention",
      "runnable share of call or thread time",
      {0.10, 0.25, 0.50},
      make_cpu_contention_rule},
+    {Kind::kCpuSteal,
+     "cpu_steal",
+     "cpu_steal",
+     "steal + interrupt share of the process's most affected CPU",
+     {0.10, 0.25, 0.50},
+     make_cpu_steal_rule},
     {Kind::kMemoryPressure,
      "memory_pressure",
      "memory_pressure",

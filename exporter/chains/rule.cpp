@@ -60,6 +60,15 @@ double WindowContext::excess_runnable_share(const ProcessWindow& p, std::uint32_
   return std::clamp(runnable / excess, 0.0, 1.0);
 }
 
+const host::CpuStolen* WindowContext::most_stolen_cpu(const ProcessWindow& p) const {
+  const host::CpuStolen* worst = nullptr;
+  for (const auto& c : snap.cpu_stolen) {
+    if (!p.cpus.empty() && !std::binary_search(p.cpus.begin(), p.cpus.end(), c.cpu)) continue;
+    if (!worst || c.total() > worst->total()) worst = &c;
+  }
+  return worst;
+}
+
 std::vector<const ProcessWindow*> WindowContext::cuda_processes(const std::string& cgroup) const {
   std::vector<const ProcessWindow*> out;
   for (const auto& p : view.processes) {

@@ -74,6 +74,9 @@ struct WindowContext {
   // call. A slow call that mostly waited for a CPU is CPU contention, whatever the call.
   double excess_runnable_share(const ProcessWindow& p, std::uint32_t call_id,
                                const CallTotals& t, double ref_s) const;
+  // The CPU among those the process may run on (all, when unknown) that lost the largest
+  // share of the window to the hypervisor and interrupts; null without per-CPU data.
+  const host::CpuStolen* most_stolen_cpu(const ProcessWindow& p) const;
   // The series' CUDA processes this window, most CUDA time first.
   std::vector<const ProcessWindow*> cuda_processes(const std::string& cgroup) const;
 };

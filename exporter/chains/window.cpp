@@ -203,6 +203,7 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       if (it != s.process_info.end()) {
         p.comm = it->second.comm;
         p.start_ns = it->second.start_ns;
+        p.cpus = it->second.cpus;
       }
       p.first_seen = !seen_before.count(pid);
       std::sort(p.preemptors.begin(), p.preemptors.end(),

@@ -18,6 +18,7 @@ struct ProcessWindow {
   int pid = 0;
   std::string comm;
   std::int64_t start_ns = 0;
+  std::vector<int> cpus;                       // CPUs it may run on; empty when unknown
   bool first_seen = false;                     // not in the previous snapshot
   std::map<std::uint32_t, CallTotals> calls;   // call id → this window's delta (count > 0)
   OffcpuTotals offcpu;                         // this window's delta

@@ -215,6 +215,32 @@ Scenario gpu_steal() {
   return s;
 }
 
+Scenario cpu_steal() {
+  Scenario s{"cpu-steal",
+             "the cloud VM's CPU 3 is taken by the hypervisor: calls are slow while on-CPU",
+             "a HIGH cpu_steal chain naming CPU 3, and no alloc_spike or cpu_contention",
+             {},
+             1};
+  const int pid = 5150;
+  s.phases.push_back(training("python3 trains calm on a cloud VM", 5, pid, kTrainPod,
+                              600000000000LL, calm()));
+  s.phases.push_back({"another guest runs on the physical CPU behind vCPU 3: 30% steal there; "
+                      "syncs and allocations stall on-CPU",
+                      8, [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
+                        Train t = calm();
+                        t.sync_tail_ns = 12000000;
+                        t.sync_tail_share = 0.1;
+                        t.sync_blocked = 0;
+                        train(h, pid, w, t);
+                        h.calls(pid, {"cudaMalloc", 2, 15000, 9000000, 0.5, 0, 0});
+                        h.cpu_stolen({{0, 0.0, 0.01}, {1, 0.0, 0.01}, {2, 0.01, 0.01},
+                                      {3, 0.30, 0.02}});
+                      }});
+  s.phases.push_back(training("the neighbour is gone", 4, pid, kTrainPod, 600000000000LL,
+                              calm()));
+  return s;
+}
+
 Scenario healthy() {
   Scenario s{"healthy",
              "a busy, GPU-bound training job with no host-side problem",
@@ -238,7 +264,7 @@ Scenario healthy() {
 std::vector<std::string> scenario_names() {
   return {"incident",        "cpu-contention", "cold-start",         "memcpy-bottleneck",
           "periodic-spike",  "gpu-steal",      "memory-pressure",    "io-stall",
-          "network-retransmit", "nccl-straggler", "healthy"};
+          "network-retransmit", "nccl-straggler", "cpu-steal", "healthy"};
 }
 
 std::optional<Scenario> make_scenario(const std::string& name) {
@@ -252,6 +278,7 @@ std::optional<Scenario> make_scenario(const std::string& name) {
   if (name == "io-stall") return kit::io_stall();
   if (name == "network-retransmit") return kit::network_retransmit();
   if (name == "nccl-straggler") return kit::nccl_straggler();
+  if (name == "cpu-steal") return cpu_steal();
   if (name == "healthy") return healthy();
   return std::nullopt;
 }

@@ -195,6 +195,7 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
   snap->sequence = ++sequence_;
   snap->taken = taken;
   snap->window = window;
+  snap->cpu_stolen = std::exchange(stolen_, {});
   for (const auto& [pid, p] : procs_) {
     Series& s = snap->series[p.cgroup];
     for (const auto& [id, t] : p.calls) {
@@ -202,7 +203,7 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
       s.processes.push_back(ProcessCall{pid, id, t});
     }
     s.offcpu.add(p.offcpu);
-    s.process_info[pid] = ProcessInfo{pid, p.comm, p.start_ns, p.offcpu};
+    s.process_info[pid] = ProcessInfo{pid, p.comm, p.start_ns, p.offcpu, {}};
     for (const auto& [ppid, pre] : p.preemptors) s.preemptors.push_back(pre);
     for (const auto& [key, t] : p.nccl) {
       s.nccl[key].add(t);

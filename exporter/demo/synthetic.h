@@ -64,6 +64,8 @@ class SyntheticHost {
   void calls(int pid, const CallMix& mix);
   void offcpu(int pid, std::uint64_t runnable_ns, std::uint64_t blocked_ns, std::uint64_t oncpu_ns,
               std::uint64_t preemptions);
+  // This window's per-CPU time taken by the hypervisor and interrupts (the next snapshot's).
+  void cpu_stolen(std::vector<host::CpuStolen> cpus) { stolen_ = std::move(cpus); }
   // `ppid` is the preemptor's parent (the victim's pid for its DataLoader workers).
   void preempted_by(int victim, int pid, const std::string& comm, const std::string& cgroup,
                     std::uint64_t runnable_ns, std::uint64_t count, int ppid = 0);
@@ -88,6 +90,7 @@ class SyntheticHost {
   chains::OutlierWindow drain_outliers() { return outliers_.drain(); }
 
  private:
+  std::vector<host::CpuStolen> stolen_;
   struct Proc {
     std::string cgroup;
     std::string comm;

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,22 +14,45 @@ HostContext HostSampler::sample() {
   HostContext h;
   h.cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
   {
+    // cpu and cpuN lines: user nice system idle iowait irq softirq steal [guest guest_nice]
+    // (guest time is already inside user). Other lines are skipped.
     std::istringstream in(Procfs::read_bounded(fs_.proc_root() + "/stat", 1 << 20));
-    std::string cpu;
-    std::uint64_t v[8] = {};
-    if (in >> cpu && cpu == "cpu") {
-      for (auto& x : v) in >> x;
-      // user nice system idle iowait irq softirq steal
-      const std::uint64_t idle = v[3] + v[4];
+    std::vector<std::pair<int, CpuTicks>> cpus;
+    for (std::string line; std::getline(in, line);) {
+      if (!line.starts_with("cpu")) continue;
+      std::istringstream ls(line);
+      std::string name;
+      std::uint64_t v[8] = {};
+      ls >> name;
+      for (auto& x : v) ls >> x;
+      if (!ls) continue;
       std::uint64_t total = 0;
       for (auto x : v) total += x;
-      const std::uint64_t busy = total - idle;
-      if (total_ > 0 && total > total_) {
-        h.cpu_busy = static_cast<double>(busy - busy_) / static_cast<double>(total - total_);
+      if (name == "cpu") {
+        const std::uint64_t busy = total - (v[3] + v[4]);
+        if (total_ > 0 && total > total_ && busy >= busy_) {
+          h.cpu_busy = static_cast<double>(busy - busy_) / static_cast<double>(total - total_);
+        }
+        busy_ = busy;
+        total_ = total;
+        continue;
       }
-      busy_ = busy;
-      total_ = total;
+      int n = -1;
+      auto [p, ec] = std::from_chars(name.data() + 3, name.data() + name.size(), n);
+      if (ec != std::errc() || p != name.data() + name.size() || n < 0) continue;
+      cpus.emplace_back(n, CpuTicks{total, v[7], v[5] + v[6]});
     }
+    for (const auto& [n, now] : cpus) {
+      auto before = std::find_if(cpus_.begin(), cpus_.end(),
+                                 [n = n](const auto& c) { return c.first == n; });
+      if (before == cpus_.end()) continue;
+      const CpuTicks& b = before->second;
+      if (now.total <= b.total || now.steal < b.steal || now.irq < b.irq) continue;
+      const double dt = static_cast<double>(now.total - b.total);
+      h.cpu_stolen.push_back(CpuStolen{n, static_cast<double>(now.steal - b.steal) / dt,
+                                       static_cast<double>(now.irq - b.irq) / dt});
+    }
+    cpus_ = std::move(cpus);
   }
   {
     std::istringstream in(Procfs::read_bounded(fs_.proc_root() + "/meminfo", 1 << 16));

@@ -1,13 +1,24 @@
 // System context for explain: CPU busy share since the previous sample, memory and swap use,
-// load average, CPU count, from procfs (host/procfs.h). Not thread-safe (keeps the previous
+// load average, CPU count, and per CPU the time stolen by the hypervisor and by interrupts
+// (the cpu_steal chain), from procfs (host/procfs.h). Not thread-safe (keeps the previous
 // CPU counters).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "host/procfs.h"
 
 namespace stallwatch::host {
+
+// Time one CPU lost, since the previous sample, to the hypervisor (steal: another guest ran on
+// the physical CPU) and to interrupts (hardirq + softirq), as shares of that CPU's time.
+struct CpuStolen {
+  int cpu = 0;
+  double steal = 0;
+  double irq = 0;
+  double total() const { return steal + irq; }
+};
 
 // System context of the window (explain's first lines). Negative when unknown.
 struct HostContext {
@@ -16,6 +27,7 @@ struct HostContext {
   double load1 = -1;
   int cpus = 0;
   std::int64_t swap_used_bytes = -1;
+  std::vector<CpuStolen> cpu_stolen;  // per online CPU; empty on the first sample
 };
 
 class HostSampler {
@@ -24,9 +36,13 @@ class HostSampler {
   HostContext sample();
 
  private:
+  struct CpuTicks {
+    std::uint64_t total = 0, steal = 0, irq = 0;
+  };
   const Procfs& fs_;
   std::uint64_t busy_ = 0;
   std::uint64_t total_ = 0;
+  std::vector<std::pair<int, CpuTicks>> cpus_;  // the previous sample's per-CPU lines
 };
 
 }  // namespace stallwatch::host

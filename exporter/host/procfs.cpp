@@ -70,6 +70,35 @@ std::int64_t Procfs::boot_unix_s() const {
   return boot_s_;
 }
 
+std::vector<int> Procfs::cpus_allowed(int pid) const {
+  std::vector<int> out;
+  const std::string status = read_bounded(pid_path(pid, "status"), 16 << 10);
+  constexpr std::string_view kKey = "\nCpus_allowed_list:";
+  const size_t at = status.find(kKey);
+  if (at == std::string::npos) return out;
+  const size_t end = status.find('\n', at + kKey.size());
+  std::string_view list = trim(std::string_view(status).substr(
+      at + kKey.size(), end == std::string::npos ? std::string::npos : end - at - kKey.size()));
+  constexpr int kMaxCpu = 1 << 16;  // a bound on what a hostile or broken file can make us store
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view range = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    int lo = -1, hi = -1;
+    const size_t dash = range.find('-');
+    auto parse = [](std::string_view s, int& v) {
+      auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      return ec == std::errc() && p == s.data() + s.size();
+    };
+    if (!parse(range.substr(0, dash), lo)) return {};
+    hi = lo;
+    if (dash != std::string_view::npos && !parse(range.substr(dash + 1), hi)) return {};
+    if (lo < 0 || hi < lo || hi >= kMaxCpu) return {};
+    for (int c = lo; c <= hi; c++) out.push_back(c);
+  }
+  return out;
+}
+
 // Field 22 of stat (starttime, clock ticks after boot), counted after the comm's last ')':
 // a comm may hold spaces and parentheses.
 std::int64_t Procfs::start_unix_ns(int pid) const {

@@ -28,6 +28,9 @@ class Procfs {
 
   // The process's name (PROC/PID/comm without its newline, at most 64 bytes); "" when gone.
   std::string comm(int pid) const;
+  // The CPUs the process may run on (PROC/PID/status Cpus_allowed_list, e.g. "0-3,8"),
+  // ascending; empty when unknown.
+  std::vector<int> cpus_allowed(int pid) const;
   // Unix time the process started (PROC/PID/stat field 22 after PROC/stat btime); 0 unknown.
   std::int64_t start_unix_ns(int pid) const;
   // PROC/stat btime in seconds; 0 unknown. Read once.

@@ -50,6 +50,7 @@ ProcessInfo& Collector::process(Series& s, int pid) {
   }
   ProcessInfo info = cached->second;
   info.offcpu = {};
+  info.cpus = fs_.cpus_allowed(pid);  // taskset may change it at any time
   return s.process_info.emplace(pid, std::move(info)).first->second;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "host/host_sampler.h"
 #include "host/pressure.h"
 #include "identity/cgroup_identity.h"
 #include "identity/kube_metadata.h"
@@ -71,6 +72,7 @@ struct ProcessInfo {
   std::string comm;
   std::int64_t start_ns = 0;  // unix time the process started; 0 when unknown
   OffcpuTotals offcpu;        // of its CUDA-issuing threads, cumulative
+  std::vector<int> cpus;      // CPUs it may run on, read each window; empty when unknown
 };
 
 // ---- Host-side evidence (issue 4): memory, block I/O, network, NCCL. All cumulative. ----
@@ -256,6 +258,9 @@ struct Snapshot {
   StoreStats store;                      // filled from the store before publishing
   OtlpStats otlp;                        // filled from the OTLP pusher before publishing
   KubeStats kube;                        // filled from the Kubernetes metadata before publishing
+  // Per CPU, the window's time taken by the hypervisor and by interrupts (host/host_sampler.h);
+  // filled by the pipeline before the chain engine sees the window. Empty when unknown.
+  std::vector<host::CpuStolen> cpu_stolen;
 };
 
 }  // namespace stallwatch

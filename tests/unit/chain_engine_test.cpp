@@ -44,7 +44,7 @@ TEST(ChainScenarios, AllScenariosExist) {
   EXPECT_EQ(names, (std::vector<std::string>{"incident", "cpu-contention", "cold-start",
                                              "memcpy-bottleneck", "periodic-spike", "gpu-steal",
                                              "memory-pressure", "io-stall", "network-retransmit",
-                                             "nccl-straggler", "healthy"}));
+                                             "nccl-straggler", "cpu-steal", "healthy"}));
   for (const auto& n : names) EXPECT_TRUE(demo::make_scenario(n).has_value()) << n;
   EXPECT_FALSE(demo::make_scenario("nosuch").has_value());
 }
@@ -231,6 +231,38 @@ TEST(ChainScenarios, GpuStealIsGpuContentionNotCpu) {
   const Chain last = run.chains()[0];
   EXPECT_FALSE(last.open);
   EXPECT_EQ(last.windows, 8u);
+}
+
+// Issue #16: on-CPU stalls on a CPU the hypervisor takes are cpu_steal, named with the CPU;
+// the 600x cudaMalloc spikes of the same windows are not an alloc_spike.
+TEST(ChainScenarios, CpuStealIsNamedAndNotBlamedOnTheAllocator) {
+  ScenarioRun run = run_scenario("cpu-steal");
+  ASSERT_EQ(run.ids().size(), 1u) << "exactly one chain";
+  const Chain opened = run.openings()[0];
+  EXPECT_EQ(opened.kind, Kind::kCpuSteal);
+  EXPECT_EQ(opened.severity, Severity::kHigh);
+  EXPECT_EQ(opened.pid, 5150);
+  EXPECT_EQ(opened.evidence_value("cpu"), 3);
+  EXPECT_DOUBLE_EQ(opened.evidence_value("steal_share"), 0.30);
+  EXPECT_NE(opened.root_cause.find("CPU 3"), std::string::npos) << opened.root_cause;
+  EXPECT_NE(opened.recommendation.find("dedicated vCPUs"), std::string::npos);
+  const WindowOutcome* first = run.first_change();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->phase, 1u);
+  EXPECT_EQ(first->i, 1) << "opens on the second window of steal";
+  const Chain last = run.chains()[0];
+  EXPECT_FALSE(last.open);
+}
+
+TEST(ChainNegatives, LittleStealAndNoSlowCallStaysSilent) {
+  Driver d;
+  for (int i = 0; i < 20; i++) {
+    d.step([](demo::SyntheticHost& h, std::int64_t end) {
+      with(calm())(h, end);
+      h.cpu_stolen({{0, 0.05, 0.03}, {1, 0.02, 0.0}});  // 8% at most: below 10%
+    });
+  }
+  EXPECT_TRUE(d.all.empty()) << d.all[0].summary;
 }
 
 TEST(ChainScenarios, HealthyHasNoChain) {

@@ -288,7 +288,7 @@ inline void add_proc(Snapshot& s, const std::string& cg, int pid, const std::str
   Series& ser = s.series[cg];
   ser.identity.cgroup = cg;
   ser.processes.push_back(ProcessCall{pid, call, t});
-  ser.process_info[pid] = ProcessInfo{pid, comm, 42, off};
+  ser.process_info[pid] = ProcessInfo{pid, comm, 42, off, {}};
 }
 
 inline const chains::ProcessWindow* find(const chains::WindowView& v, int pid) {

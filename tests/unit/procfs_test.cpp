@@ -72,6 +72,45 @@ TEST(HostSampler, ReadsMemoryLoadAndCpuFromTheRoot) {
   EXPECT_DOUBLE_EQ(s.sample().cpu_busy, -1);
 }
 
+TEST(Procfs, CpusAllowed) {
+  Procfs p(kProc, kSys);
+  EXPECT_EQ(p.cpus_allowed(4242), (std::vector<int>{0, 1, 2, 5}));
+  EXPECT_EQ(p.cpus_allowed(77), std::vector<int>{}) << "a range past the bound is refused whole";
+  EXPECT_EQ(p.cpus_allowed(4243), std::vector<int>{}) << "no such process";
+}
+
+// Per-CPU steal and interrupt shares between two samples (tests/fixtures/procfs-steal).
+std::vector<CpuStolen> stolen_between(const std::string& first, const std::string& second) {
+  const fs::path root = fs::temp_directory_path() / ("procfs_steal." + std::to_string(getpid()));
+  fs::create_directories(root);
+  const std::string dir = std::string(FIXTURES_DIR) + "/procfs-steal/";
+  Procfs p(root.string(), kSys);
+  HostSampler s(p);
+  fs::copy_file(dir + first, root / "stat", fs::copy_options::overwrite_existing);
+  EXPECT_TRUE(s.sample().cpu_stolen.empty()) << "the first sample has no interval";
+  fs::copy_file(dir + second, root / "stat", fs::copy_options::overwrite_existing);
+  std::vector<CpuStolen> out = s.sample().cpu_stolen;
+  fs::remove_all(root);
+  return out;
+}
+
+TEST(HostSampler, PerCpuStealAndInterruptShares) {
+  auto c = stolen_between("t0/stat", "t1/stat");
+  ASSERT_EQ(c.size(), 4u);
+  for (int i = 0; i < 4; i++) EXPECT_EQ(c[static_cast<size_t>(i)].cpu, i);
+  EXPECT_DOUBLE_EQ(c[0].steal, 0);
+  EXPECT_DOUBLE_EQ(c[0].irq, 0.12);
+  EXPECT_DOUBLE_EQ(c[1].irq, 0.01);
+  EXPECT_DOUBLE_EQ(c[3].steal, 0.30);
+  EXPECT_DOUBLE_EQ(c[3].irq, 0);
+}
+
+TEST(HostSampler, RecordedCalmVmHasNoSteal) {
+  auto c = stolen_between("t0/stat.recorded", "t1/stat.recorded");
+  ASSERT_EQ(c.size(), 2u);
+  for (const auto& x : c) EXPECT_DOUBLE_EQ(x.total(), 0) << "cpu" << x.cpu;
+}
+
 TEST(HostSampler, MissingFilesLeaveValuesUnknown) {
   Procfs p("/nonexistent-procfs", kSys);
   HostContext h = HostSampler(p).sample();

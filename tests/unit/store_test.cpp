@@ -133,7 +133,12 @@ WindowBatch batch(std::int64_t end_ns, int pid = 4242,
   WindowBatch b;
   b.end_ns = end_ns;
   b.window_ns = 5 * kSecond;
-  b.host = {.cpu_busy = 0.75, .mem_used = 0.5, .load1 = 12.5, .cpus = 16, .swap_used_bytes = 0};
+  b.host = {.cpu_busy = 0.75,
+            .mem_used = 0.5,
+            .load1 = 12.5,
+            .cpus = 16,
+            .swap_used_bytes = 0,
+            .cpu_stolen = {}};
   identity::Identity id;
   id.cgroup = cgroup;
   id.pod_uid = "1a2b";

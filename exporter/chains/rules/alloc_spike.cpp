@@ -18,8 +18,9 @@ struct Thresholds {
   size_t memory_windows = 64;  // a second spike within this many windows makes a pattern
   double medium_ratio = 100;   // a spike this large is at least medium
   int min_close_after = 6;     // windows without a spike before the chain closes (at least)
-  // A spike that spent at least this share of its excess runnable off-CPU was the CPU, not
-  // the allocator (cpu_contention names it): not a spike of this kind.
+  // A spike that spent at least this share of its excess runnable off-CPU, or whose CPU lost
+  // that much time to the hypervisor or interrupts in the window, was the CPU, not the
+  // allocator (cpu_contention or cpu_steal names it): not a spike of this kind.
   double contention_share = 0.5;
 };
 
@@ -52,6 +53,11 @@ class AllocSpike : public Rule {
       const double worst = secs(st.max_ns);
       if (worst < std::max(th_.ratio * ref, th_.min_s)) continue;
       if (ctx.excess_runnable_share(p, id, t, ref) >= th_.contention_share) continue;
+      // Nor when its CPU lost that much time to the hypervisor or interrupts (cpu_steal).
+      if (const host::CpuStolen* cpu = ctx.most_stolen_cpu(p);
+          cpu && cpu->total() * window >= th_.contention_share * (worst - ref) * 1e9) {
+        continue;
+      }
 
       auto& spikes = spikes_[{p.cgroup, p.pid}];
       spikes.push_back(view.end_ns);

@@ -1,0 +1,124 @@
+// cpu_steal: the CUDA-issuing process was on its CPU, by the scheduler's account, while the
+// hypervisor (steal: another guest ran on the physical CPU) or interrupts (hard and soft IRQ)
+// took that CPU. The scheduler counts that time as the thread's own, so neither off-CPU time nor
+// preemptors show it; without this rule it is blamed on the call that happened to be running
+// (a 26 ms cudaMalloc read as the allocator growing its pool). docs/chains.md.
+#include <algorithm>
+#include <string>
+
+#include "chains/format.h"
+#include "chains/rule.h"
+#include "chains/rule_helpers.h"
+
+namespace stallwatch::chains {
+namespace {
+
+struct Thresholds {
+  // The process's most affected CPU lost at least this share of the window ...
+  double stolen_share = 0.10;
+  // ... or a slow call (an outlier) spent at least `min_oncpu_s` on-CPU and the most affected
+  // CPU lost at least `cover` of that time: bursty steal that a window's share dilutes.
+  double min_oncpu_s = 0.001;
+  double cover = 0.5;
+  double min_cuda_share = 0.01;  // and the process spent this share of the window in CUDA calls
+};
+
+// The process's longest outlier of the window, with its on-CPU time; null when none.
+const trace::OutlierRecord* longest_outlier(const WindowContext& ctx, const ProcessWindow& p) {
+  for (const auto& r : ctx.outliers.worst) {  // longest first
+    if (static_cast<int>(r.tgid) == p.pid) return &r;
+  }
+  return nullptr;
+}
+
+std::uint64_t oncpu_ns(const trace::OutlierRecord& r) {
+  const std::uint64_t off = r.runnable_ns + r.blocked_ns;
+  return r.duration_ns > off ? r.duration_ns - off : 0;
+}
+
+std::string advise(const host::CpuStolen& cpu) {
+  std::string out;
+  const std::string n = std::to_string(cpu.cpu);
+  if (cpu.steal >= cpu.irq) {
+    out += "# the hypervisor ran other work on this VM's CPU " + n +
+           ": ask for dedicated vCPUs (a dedicated-host or metal instance type, or vCPUs pinned "
+           "to isolated host cores)\n";
+    out += advice_line("grep -E '^cpu[0-9]' /proc/stat",
+                       "the steal column (8th value) grows on the CPUs the hypervisor takes");
+  } else {
+    out += advice_line("grep -E 'CPU|" + n + ":' /proc/interrupts",
+                       "which interrupts land on CPU " + n);
+    out += "# move them off the training cores: /proc/irq/<N>/smp_affinity_list, or "
+           "IRQBALANCE_BANNED_CPUS for irqbalance; or isolate the cores (isolcpus=, nohz_full=)\n";
+  }
+  return out;
+}
+
+class CpuSteal : public Rule {
+ public:
+  Kind kind() const override { return Kind::kCpuSteal; }
+
+  void process(const WindowContext& ctx, const ProcessWindow& p,
+               std::vector<Finding>& out) override {
+    const host::CpuStolen* cpu = ctx.most_stolen_cpu(p);
+    if (!cpu || p.calls.empty()) return;
+    const double window = static_cast<double>(ctx.view.window_ns);
+    const std::uint64_t cuda = p.cuda_ns();
+    if (share(static_cast<double>(cuda), window) < th_.min_cuda_share) return;
+    const double stolen_s = cpu->total() * window / 1e9;
+    const trace::OutlierRecord* slow = longest_outlier(ctx, p);
+    const double slow_oncpu_s = slow ? secs(oncpu_ns(*slow)) : 0;
+    const bool by_share = cpu->total() >= th_.stolen_share;
+    const bool by_call = slow_oncpu_s >= th_.min_oncpu_s && stolen_s >= th_.cover * slow_oncpu_s;
+    if (!by_share && !by_call) return;
+
+    // The call it hurt: the slow call's, else the process's call with the most time.
+    auto it = slow ? p.calls.find(slow->call_id) : p.calls.end();
+    if (it == p.calls.end()) {
+      it = std::max_element(p.calls.begin(), p.calls.end(), [](const auto& a, const auto& b) {
+        return a.second.sum_ns < b.second.sum_ns;
+      });
+    }
+    const std::uint32_t id = it->first;
+    const CallTotals* t = &it->second;
+    Finding f;
+    Chain& c = f.chain;
+    c = ctx.base_chain(kind(), p);
+    c.severity = kind_info(kind()).cutoffs.of(cpu->total());
+    CallStat st = stat_of(id, *t);
+    const Baseline* b = ctx.baseline(p, id);
+    set_call(c, st, b);
+    const std::string where = "CPU " + std::to_string(cpu->cpu);
+    const std::string what = cpu->steal >= cpu->irq ? "the hypervisor (steal)" : "interrupts";
+    c.evidence = {{"cpu", static_cast<double>(cpu->cpu)},
+                  {"steal_share", cpu->steal},
+                  {"irq_share", cpu->irq},
+                  {"stolen_s", stolen_s},
+                  {"slow_call_oncpu_s", slow_oncpu_s},
+                  {"cuda_time_s", secs(cuda)}};
+    c.root_cause = where + ", where " + process_text(p.comm, p.pid) + " runs, lost " +
+                   percent(cpu->total()) + " of the window (" + human_seconds(stolen_s) +
+                   ") to " + what + ": steal " + percent(cpu->steal) + ", interrupts " +
+                   percent(cpu->irq) + "; the scheduler counts that time as the thread's own";
+    if (slow && slow_oncpu_s > 0) {
+      c.root_cause += ", so " + std::string(call_name(slow->call_id)) + " took " +
+                      human_ns(slow->duration_ns) + " with " + human_seconds(slow_oncpu_s) +
+                      " of it on-CPU and nothing to wait for";
+    }
+    c.effect = effect_text(st, b);
+    c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
+                                  "): " + where + " lost " + percent(cpu->total()) + " to " +
+                                  what);
+    c.recommendation = advise(*cpu);
+    out.push_back(std::move(f));
+  }
+
+ private:
+  Thresholds th_;
+};
+
+}  // namespace
+
+std::unique_ptr<Rule> make_cpu_steal_rule() { return std::make_unique<CpuSteal>(); }
+
+}  // namespace stallwatch::chains
