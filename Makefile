@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LISTEN ?= 0.0.0.0:9464
 DB ?= /var/lib/stallwatch/stallwatch.db
 
-.PHONY: all deps build run test test-unit test-privileged test-e2e bench clean
+.PHONY: all deps build run test test-unit test-privileged test-e2e accuracy bench clean
 
 all: build
 
@@ -35,6 +35,10 @@ test-privileged: build
 
 test-e2e: build
 	cd $(BUILD) && ctest --output-on-failure -L e2e
+
+# The fault matrix N times (ACCURACY_RUNS, default 5): rates per scenario in docs/accuracy.md.
+accuracy: build
+	BUILD=$(BUILD) bash scripts/accuracy.sh
 
 bench: build
 	bash bench/run.sh

@@ -10,7 +10,11 @@
 //  - the synchronize calls spin until the calling thread has used MOCK_CUDA_SYNC_CPU_US
 //    microseconds of CPU (default 50), so CPU contention inflates their wall time the way it
 //    inflates a real spin-wait;
-//  - cudaMalloc sleeps MOCK_CUDA_MALLOC_US microseconds of wall time (default 0): allocator stall.
+//  - cudaMalloc sleeps MOCK_CUDA_MALLOC_US microseconds of wall time (default 0): allocator stall;
+//    every MOCK_CUDA_MALLOC_SLOW_EVERY-th cudaMalloc of the process (default 0: none) also takes
+//    its slow path, a caching allocator growing its pool: MOCK_CUDA_MALLOC_SLOW_US microseconds
+//    asleep, or of this thread's CPU time when MOCK_CUDA_MALLOC_SLOW_SPIN=1 (on-CPU work);
+//    MOCK_CUDA_MALLOC_CPU_US (default 0) microseconds of CPU in every cudaMalloc.
 // Every entry point is noinline and marks its own index, so each keeps a distinct address
 // (no identical-code folding) and a uprobe on one never fires for another.
 #define _POSIX_C_SOURCE 200809L
@@ -98,6 +102,8 @@ static long env_us(const char* name, long fallback, long* cache) {
 
 static long sync_cpu_us_cache = -1;
 static long malloc_us_cache = -1;
+static long slow_every_cache = -1, slow_us_cache = -1, slow_spin_cache = -1, malloc_cpu_cache = -1;
+static unsigned long mallocs = 0;
 
 static long long thread_cpu_ns(void) {
   struct timespec ts;
@@ -110,6 +116,12 @@ static long long thread_cpu_ns(void) {
 static void spin_wait(void) {
   long us = env_us("MOCK_CUDA_SYNC_CPU_US", 50, &sync_cpu_us_cache);
   if (us == 0) return;
+  long long until = thread_cpu_ns() + (long long)us * 1000LL;
+  while (thread_cpu_ns() < until) {
+  }
+}
+
+static void spin_cpu_us(long us) {
   long long until = thread_cpu_ns() + (long long)us * 1000LL;
   while (thread_cpu_ns() < until) {
   }
@@ -139,6 +151,18 @@ MOCK_API cudaError_t cudaMalloc(void** devPtr, size_t size) {
   mark(kCudaMalloc);
   long us = env_us("MOCK_CUDA_MALLOC_US", 0, &malloc_us_cache);
   if (us > 0) sleep_us(us);
+  long cpu = env_us("MOCK_CUDA_MALLOC_CPU_US", 0, &malloc_cpu_cache);
+  if (cpu > 0) spin_cpu_us(cpu);
+  long every = env_us("MOCK_CUDA_MALLOC_SLOW_EVERY", 0, &slow_every_cache);
+  unsigned long n = __atomic_add_fetch(&mallocs, 1, __ATOMIC_RELAXED);
+  if (every > 0 && n % (unsigned long)every == 0) {
+    long slow = env_us("MOCK_CUDA_MALLOC_SLOW_US", 20000, &slow_us_cache);
+    if (env_us("MOCK_CUDA_MALLOC_SLOW_SPIN", 0, &slow_spin_cache) == 1) {
+      spin_cpu_us(slow);
+    } else {
+      sleep_us(slow);
+    }
+  }
   return allocate(devPtr, size);
 }
 
