@@ -60,13 +60,21 @@ double WindowContext::excess_runnable_share(const ProcessWindow& p, std::uint32_
   return std::clamp(runnable / excess, 0.0, 1.0);
 }
 
-const host::CpuStolen* WindowContext::most_stolen_cpu(const ProcessWindow& p) const {
-  const host::CpuStolen* worst = nullptr;
+std::optional<WindowContext::Stolen> WindowContext::stolen(const ProcessWindow& p) const {
+  Stolen s;
+  int n = 0;
   for (const auto& c : snap.cpu_stolen) {
     if (!p.cpus.empty() && !std::binary_search(p.cpus.begin(), p.cpus.end(), c.cpu)) continue;
-    if (!worst || c.total() > worst->total()) worst = &c;
+    if (n == 0 || c.total() > s.worst.total()) s.worst = c;
+    s.mean.steal += c.steal;
+    s.mean.irq += c.irq;
+    n++;
   }
-  return worst;
+  if (n == 0) return std::nullopt;
+  s.mean.steal /= n;
+  s.mean.irq /= n;
+  s.mean.cpu = n;
+  return s;
 }
 
 std::vector<const ProcessWindow*> WindowContext::cuda_processes(const std::string& cgroup) const {

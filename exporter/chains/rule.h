@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,9 +75,15 @@ struct WindowContext {
   // call. A slow call that mostly waited for a CPU is CPU contention, whatever the call.
   double excess_runnable_share(const ProcessWindow& p, std::uint32_t call_id,
                                const CallTotals& t, double ref_s) const;
-  // The CPU among those the process may run on (all, when unknown) that lost the largest
-  // share of the window to the hypervisor and interrupts; null without per-CPU data.
-  const host::CpuStolen* most_stolen_cpu(const ProcessWindow& p) const;
+  // Time the hypervisor and interrupts took from the CPUs the process may run on (all, when
+  // unknown): the mean shares over those CPUs (what a thread that spreads over them loses;
+  // where it ran is not known, and one CPU serving the GPU's interrupts must not be blamed
+  // for a job that runs on eight), and the most affected CPU, to name. Null without data.
+  struct Stolen {
+    host::CpuStolen mean;   // cpu = the number of CPUs averaged
+    host::CpuStolen worst;  // the most affected CPU
+  };
+  std::optional<Stolen> stolen(const ProcessWindow& p) const;
   // The series' CUDA processes this window, most CUDA time first.
   std::vector<const ProcessWindow*> cuda_processes(const std::string& cgroup) const;
 };

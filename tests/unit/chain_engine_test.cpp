@@ -242,9 +242,10 @@ TEST(ChainScenarios, CpuStealIsNamedAndNotBlamedOnTheAllocator) {
   EXPECT_EQ(opened.kind, Kind::kCpuSteal);
   EXPECT_EQ(opened.severity, Severity::kHigh);
   EXPECT_EQ(opened.pid, 5150);
-  EXPECT_EQ(opened.evidence_value("cpu"), 3);
-  EXPECT_DOUBLE_EQ(opened.evidence_value("steal_share"), 0.30);
-  EXPECT_NE(opened.root_cause.find("CPU 3"), std::string::npos) << opened.root_cause;
+  EXPECT_EQ(opened.evidence_value("cpus"), 4);
+  EXPECT_DOUBLE_EQ(opened.evidence_value("steal_share"), 0.295);
+  EXPECT_EQ(opened.evidence_value("worst_cpu"), 3);
+  EXPECT_NE(opened.root_cause.find("CPU 3 the most (37%)"), std::string::npos) << opened.root_cause;
   EXPECT_NE(opened.recommendation.find("dedicated vCPUs"), std::string::npos);
   const WindowOutcome* first = run.first_change();
   ASSERT_NE(first, nullptr);
@@ -254,12 +255,18 @@ TEST(ChainScenarios, CpuStealIsNamedAndNotBlamedOnTheAllocator) {
   EXPECT_FALSE(last.open);
 }
 
-TEST(ChainNegatives, LittleStealAndNoSlowCallStaysSilent) {
+// Seen on an H100 host: one of the job's 8 CPUs serves the GPU's interrupts (16-20% irq) while
+// the job trains at full speed. Where the thread ran is not known: the mean over its CPUs
+// (2.5%) is what it can have lost, and that is no cause.
+TEST(ChainNegatives, OneBusyInterruptCpuOfManyStaysSilent) {
   Driver d;
   for (int i = 0; i < 20; i++) {
     d.step([](demo::SyntheticHost& h, std::int64_t end) {
       with(calm())(h, end);
-      h.cpu_stolen({{0, 0.05, 0.03}, {1, 0.02, 0.0}});  // 8% at most: below 10%
+      h.calls(kPid, {"cudaMemcpyAsync", 40, 15000, 2000000, 0.1, 0, 0});  // on-CPU spin-waits
+      std::vector<host::CpuStolen> cpus;
+      for (int c = 0; c < 8; c++) cpus.push_back({c, 0.0, c == 2 ? 0.20 : 0.0});
+      h.cpu_stolen(cpus);
     });
   }
   EXPECT_TRUE(d.all.empty()) << d.all[0].summary;

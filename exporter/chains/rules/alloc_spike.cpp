@@ -54,8 +54,8 @@ class AllocSpike : public Rule {
       if (worst < std::max(th_.ratio * ref, th_.min_s)) continue;
       if (ctx.excess_runnable_share(p, id, t, ref) >= th_.contention_share) continue;
       // Nor when its CPU lost that much time to the hypervisor or interrupts (cpu_steal).
-      if (const host::CpuStolen* cpu = ctx.most_stolen_cpu(p);
-          cpu && cpu->total() * window >= th_.contention_share * (worst - ref) * 1e9) {
+      if (auto st = ctx.stolen(p);
+          st && st->mean.total() * window >= th_.contention_share * (worst - ref) * 1e9) {
         continue;
       }
 

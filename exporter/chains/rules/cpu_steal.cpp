@@ -14,16 +14,12 @@ namespace stallwatch::chains {
 namespace {
 
 struct Thresholds {
-  // The process's most affected CPU lost at least this share of the window ...
+  // The CPUs the process may run on lost at least this share of the window, on average.
   double stolen_share = 0.10;
-  // ... or a slow call (an outlier) spent at least `min_oncpu_s` on-CPU and the most affected
-  // CPU lost at least `cover` of that time: bursty steal that a window's share dilutes.
-  double min_oncpu_s = 0.001;
-  double cover = 0.5;
   double min_cuda_share = 0.01;  // and the process spent this share of the window in CUDA calls
 };
 
-// The process's longest outlier of the window, with its on-CPU time; null when none.
+// The process's longest outlier of the window; null when none.
 const trace::OutlierRecord* longest_outlier(const WindowContext& ctx, const ProcessWindow& p) {
   for (const auto& r : ctx.outliers.worst) {  // longest first
     if (static_cast<int>(r.tgid) == p.pid) return &r;
@@ -36,10 +32,11 @@ std::uint64_t oncpu_ns(const trace::OutlierRecord& r) {
   return r.duration_ns > off ? r.duration_ns - off : 0;
 }
 
-std::string advise(const host::CpuStolen& cpu) {
+// `steal`: the hypervisor took most of it, else interrupts; `cpu` the most affected CPU.
+std::string advise(const host::CpuStolen& cpu, bool steal) {
   std::string out;
   const std::string n = std::to_string(cpu.cpu);
-  if (cpu.steal >= cpu.irq) {
+  if (steal) {
     out += "# the hypervisor ran other work on this VM's CPU " + n +
            ": ask for dedicated vCPUs (a dedicated-host or metal instance type, or vCPUs pinned "
            "to isolated host cores)\n";
@@ -60,17 +57,17 @@ class CpuSteal : public Rule {
 
   void process(const WindowContext& ctx, const ProcessWindow& p,
                std::vector<Finding>& out) override {
-    const host::CpuStolen* cpu = ctx.most_stolen_cpu(p);
-    if (!cpu || p.calls.empty()) return;
+    const auto stolen = ctx.stolen(p);
+    if (!stolen || p.calls.empty()) return;
+    const host::CpuStolen& mean = stolen->mean;
+    const host::CpuStolen& cpu = stolen->worst;
     const double window = static_cast<double>(ctx.view.window_ns);
     const std::uint64_t cuda = p.cuda_ns();
     if (share(static_cast<double>(cuda), window) < th_.min_cuda_share) return;
-    const double stolen_s = cpu->total() * window / 1e9;
+    if (mean.total() < th_.stolen_share) return;
+    const double stolen_s = mean.total() * window / 1e9;
     const trace::OutlierRecord* slow = longest_outlier(ctx, p);
     const double slow_oncpu_s = slow ? secs(oncpu_ns(*slow)) : 0;
-    const bool by_share = cpu->total() >= th_.stolen_share;
-    const bool by_call = slow_oncpu_s >= th_.min_oncpu_s && stolen_s >= th_.cover * slow_oncpu_s;
-    if (!by_share && !by_call) return;
 
     // The call it hurt: the slow call's, else the process's call with the most time.
     auto it = slow ? p.calls.find(slow->call_id) : p.calls.end();
@@ -84,22 +81,27 @@ class CpuSteal : public Rule {
     Finding f;
     Chain& c = f.chain;
     c = ctx.base_chain(kind(), p);
-    c.severity = kind_info(kind()).cutoffs.of(cpu->total());
+    c.severity = kind_info(kind()).cutoffs.of(mean.total());
     CallStat st = stat_of(id, *t);
     const Baseline* b = ctx.baseline(p, id);
     set_call(c, st, b);
-    const std::string where = "CPU " + std::to_string(cpu->cpu);
-    const std::string what = cpu->steal >= cpu->irq ? "the hypervisor (steal)" : "interrupts";
-    c.evidence = {{"cpu", static_cast<double>(cpu->cpu)},
-                  {"steal_share", cpu->steal},
-                  {"irq_share", cpu->irq},
+    const std::string where = mean.cpu == 1 ? "CPU " + std::to_string(cpu.cpu)
+                                            : "the " + std::to_string(mean.cpu) + " CPUs";
+    const std::string what = mean.steal >= mean.irq ? "the hypervisor (steal)" : "interrupts";
+    c.evidence = {{"cpus", static_cast<double>(mean.cpu)},
+                  {"steal_share", mean.steal},
+                  {"irq_share", mean.irq},
+                  {"worst_cpu", static_cast<double>(cpu.cpu)},
+                  {"worst_cpu_share", cpu.total()},
                   {"stolen_s", stolen_s},
                   {"slow_call_oncpu_s", slow_oncpu_s},
                   {"cuda_time_s", secs(cuda)}};
-    c.root_cause = where + ", where " + process_text(p.comm, p.pid) + " runs, lost " +
-                   percent(cpu->total()) + " of the window (" + human_seconds(stolen_s) +
-                   ") to " + what + ": steal " + percent(cpu->steal) + ", interrupts " +
-                   percent(cpu->irq) + "; the scheduler counts that time as the thread's own";
+    c.root_cause = where + " " + process_text(p.comm, p.pid) + " may run on lost " +
+                   percent(mean.total()) + " of the window on average (" +
+                   human_seconds(stolen_s) + " per CPU) to " + what + ": steal " +
+                   percent(mean.steal) + ", interrupts " + percent(mean.irq) + ", CPU " +
+                   std::to_string(cpu.cpu) + " the most (" + percent(cpu.total()) +
+                   "); the scheduler counts that time as the thread's own";
     if (slow && slow_oncpu_s > 0) {
       c.root_cause += ", so " + std::string(call_name(slow->call_id)) + " took " +
                       human_ns(slow->duration_ns) + " with " + human_seconds(slow_oncpu_s) +
@@ -107,9 +109,9 @@ class CpuSteal : public Rule {
     }
     c.effect = effect_text(st, b);
     c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
-                                  "): " + where + " lost " + percent(cpu->total()) + " to " +
+                                  "): " + where + " lost " + percent(mean.total()) + " to " +
                                   what);
-    c.recommendation = advise(*cpu);
+    c.recommendation = advise(cpu, mean.steal >= mean.irq);
     out.push_back(std::move(f));
   }
 
