@@ -106,7 +106,7 @@ void SyntheticHost::offcpu(int pid, std::uint64_t runnable_ns, std::uint64_t blo
 
 void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm,
                                  const std::string& cgroup, std::uint64_t runnable_ns,
-                                 std::uint64_t count, int ppid) {
+                                 std::uint64_t count, int ppid, bool kernel_thread) {
   auto it = procs_.find(victim);
   if (it == procs_.end()) return;
   Preemptor& p = it->second.preemptors[pid];
@@ -115,6 +115,7 @@ void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm,
   p.comm = comm;
   p.cgroup = cgroup;
   p.ppid = ppid;
+  p.kernel_thread = kernel_thread;
   p.runnable_ns += runnable_ns;
   p.count += count;
 }

@@ -66,9 +66,11 @@ class SyntheticHost {
               std::uint64_t preemptions);
   // This window's per-CPU time taken by the hypervisor and interrupts (the next snapshot's).
   void cpu_stolen(std::vector<host::CpuStolen> cpus) { stolen_ = std::move(cpus); }
-  // `ppid` is the preemptor's parent (the victim's pid for its DataLoader workers).
+  // `ppid` is the preemptor's parent (the victim's pid for its DataLoader workers);
+  // `kernel_thread` marks ksoftirqd, kworker and the like.
   void preempted_by(int victim, int pid, const std::string& comm, const std::string& cgroup,
-                    std::uint64_t runnable_ns, std::uint64_t count, int ppid = 0);
+                    std::uint64_t runnable_ns, std::uint64_t count, int ppid = 0,
+                    bool kernel_thread = false);
   // NCCL ops of a CUDA process (`pid` from add_process).
   void nccl(int pid, const NcclMix& mix);
   // Block I/O submitted by any process of `cgroup` (a DataLoader worker need not issue CUDA).

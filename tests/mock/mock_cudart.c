@@ -9,7 +9,8 @@
 //    non-NULL; other copies and cudaMemset* are no-ops (safe with fake device pointers);
 //  - the synchronize calls spin until the calling thread has used MOCK_CUDA_SYNC_CPU_US
 //    microseconds of CPU (default 50), so CPU contention inflates their wall time the way it
-//    inflates a real spin-wait;
+//    inflates a real spin-wait; with MOCK_CUDA_SYNC_SLEEP_US (default 0) they first sleep that
+//    long, a blocking wait for a GPU that is busy (a GPU-bound job);
 //  - cudaMalloc sleeps MOCK_CUDA_MALLOC_US microseconds of wall time (default 0): allocator stall;
 //    every MOCK_CUDA_MALLOC_SLOW_EVERY-th cudaMalloc of the process (default 0: none) also takes
 //    its slow path, a caching allocator growing its pool: MOCK_CUDA_MALLOC_SLOW_US microseconds
@@ -113,7 +114,12 @@ static long long thread_cpu_ns(void) {
 
 // Busy-waits until this thread has consumed MOCK_CUDA_SYNC_CPU_US of CPU time, like the
 // driver's spin-wait on a stream: preempted time does not count, so contention stretches it.
+static long sync_sleep_us_cache = -1;
+static void sleep_us(long us);
+
 static void spin_wait(void) {
+  long sleep = env_us("MOCK_CUDA_SYNC_SLEEP_US", 0, &sync_sleep_us_cache);
+  if (sleep > 0) sleep_us(sleep);
   long us = env_us("MOCK_CUDA_SYNC_CPU_US", 50, &sync_cpu_us_cache);
   if (us == 0) return;
   long long until = thread_cpu_ns() + (long long)us * 1000LL;

@@ -182,6 +182,44 @@ TEST_F(Diagnosis, HogsOnAnotherCoreAreNoCause) {
   Verdict{"hogs on another core", "", 0, 0, 0}.judge(chains_of(*daemon_, job.label()));
 }
 
+// A busy but healthy host: another cgroup reads the disk (O_DIRECT) and burns a CPU, neither
+// on the job's core. No chain for the job.
+TEST_F(Diagnosis, BusyButHealthyHostIsNoCause) {
+  TestCgroup job(unique("busy-host-job")), others(unique("busy-host-others"));
+  const std::string path =
+      std::string(TEST_SCRATCH_DIR) + "/diagnosis-" + std::to_string(getpid()) + ".dat";
+  Spawn create;
+  create.argv = {DATA_WORKER_BIN, "--file", path, "--create-mb", "64"};
+  create.output_path = "/dev/null";
+  ASSERT_EQ(wait_exit(spawn(create), std::chrono::seconds(60)), 0);
+  Spawn io;
+  io.argv = {DATA_WORKER_BIN, "--file", path, "--direct-reads", "16000"};
+  io.cgroup_dir = others.dir();
+  io.cpu = 1;
+  io.output_path = "/dev/null";
+  pid_t reader = spawn(io);
+  pid_t hog = start_hog("sw-hog-e", 1, others.dir());
+  pid_t w = start_workload(job, 0, "cudaStreamSynchronize:1", 1200, kSpinSync);
+  const int rc = wait_exit(w, std::chrono::seconds(60));
+  kill_and_reap(hog);
+  kill_and_reap(reader);
+  unlink(path.c_str());
+  ASSERT_EQ(rc, 0);
+  settle();
+  Verdict{"busy but healthy host", "", 0, 0, 0}.judge(chains_of(*daemon_, job.label()));
+}
+
+// A GPU-bound job: each step launches and then sleeps 5 ms in the sync waiting for the GPU.
+// High GPU wait is not a host cause. No chain.
+TEST_F(Diagnosis, GpuBoundHealthyJobIsNoCause) {
+  TestCgroup job(unique("gpu-bound"));
+  pid_t w = start_workload(job, 0, "cudaLaunchKernel:4,cudaStreamSynchronize:1", 400,
+                           {{"MOCK_CUDA_SYNC_SLEEP_US", "5000"}, {"MOCK_CUDA_SYNC_CPU_US", "20"}});
+  ASSERT_EQ(wait_exit(w, std::chrono::seconds(60)), 0);
+  settle();
+  Verdict{"GPU-bound healthy job", "", 0, 0, 0}.judge(chains_of(*daemon_, job.label()));
+}
+
 // Two CUDA jobs pinned to one core: cpu_contention on each, naming the other.
 TEST_F(Diagnosis, TwoJobsOnOneCoreNameEachOther) {
   TestCgroup a(unique("pair-a")), b(unique("pair-b"));

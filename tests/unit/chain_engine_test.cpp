@@ -272,6 +272,53 @@ TEST(ChainNegatives, OneBusyInterruptCpuOfManyStaysSilent) {
   EXPECT_TRUE(d.all.empty()) << d.all[0].summary;
 }
 
+// Issue #16: a chain's numbers hold together, in every scenario and every window: shares in
+// 0..1, and a cpu_contention chain's contributors took no more than the runnable time the
+// process waited over the chain's windows.
+TEST(ChainProperties, NumbersHoldTogether) {
+  for (const auto& name : demo::scenario_names()) {
+    ScenarioRun run = run_scenario(name);
+    for (const Chain& c : run.changes()) {
+      for (const auto& [key, v] : c.evidence) {
+        if (key.find("share") == std::string::npos) continue;
+        EXPECT_GE(v, 0) << name << " " << key;
+        EXPECT_LE(v, 1) << name << " " << key;
+      }
+      if (c.kind != Kind::kCpuContention) continue;
+      std::uint64_t taken = 0;
+      for (const auto& k : c.contributors) taken += k.cpu_ns;
+      EXPECT_LE(static_cast<double>(taken), c.evidence_value("chain_runnable_s") * 1e9 * 1.000001)
+          << name << ": contributors " << taken << " ns";
+    }
+  }
+}
+
+// Issue #16: Fix lines only for material contributors, never a renice of a kernel thread.
+TEST(ChainAdvice, KernelThreadsAndSmallContributorsGetNoCommand) {
+  Driver d;
+  for (int i = 0; i < 5; i++) d.step(with(calm()));
+  for (int i = 0; i < 3; i++) {
+    d.step([](demo::SyntheticHost& h, std::int64_t end) {
+      with(contended(0.40))(h, end);
+      const auto w = static_cast<std::uint64_t>(kWindow);
+      h.preempted_by(kPid, 900, "fluent-bit", "/system.slice/fluent-bit.service", w * 25 / 100, 40);
+      h.preempted_by(kPid, 14, "ksoftirqd/0", "/", w * 12 / 100, 30, 2, /*kernel_thread=*/true);
+      h.preempted_by(kPid, 901, "tiny-agent", "/system.slice/tiny.service", w / 100, 3);  // 2.5%
+    });
+  }
+  ASSERT_EQ(d.engine.open_chains().size(), 1u);
+  const Chain c = d.engine.open_chains()[0];
+  EXPECT_EQ(c.kind, Kind::kCpuContention);
+  EXPECT_NE(c.recommendation.find("renice -n 19 -p 900;"), std::string::npos) << c.recommendation;
+  EXPECT_EQ(c.recommendation.find("-p 14"), std::string::npos) << c.recommendation;
+  EXPECT_EQ(c.recommendation.find("901"), std::string::npos) << c.recommendation;
+  EXPECT_NE(c.recommendation.find("# kernel threads (ksoftirqd/0)"), std::string::npos)
+      << c.recommendation;
+  bool kthread_role = false;
+  for (const auto& k : c.contributors) kthread_role |= k.role == "preemptor, kernel thread";
+  EXPECT_TRUE(kthread_role);
+}
+
 TEST(ChainScenarios, HealthyHasNoChain) {
   Driver d;
   ScenarioRun run = run_scenario("healthy", d);

@@ -117,7 +117,7 @@ TEST(ChainScenarios, IoStallIsHighNamingTheDataLoaderWorkers) {
     EXPECT_EQ(c.contributors[k].cpu_ns, 23u * 25000000 + 90000000) << "time in its requests";
   }
   EXPECT_NEAR(c.evidence_value("starvation_share"), 0.46, 1e-5);
-  EXPECT_NEAR(c.evidence_value("io_busy_share"), 4 * (23 * 0.025 + 0.090), 1e-6);
+  EXPECT_NEAR(c.evidence_value("io_in_flight"), 4 * (23 * 0.025 + 0.090), 1e-6);
   EXPECT_NEAR(c.evidence_value("io_p99_s"), 0.090, 1e-9);
   EXPECT_EQ(c.evidence_value("io_requests"), 96);
   EXPECT_EQ(c.evidence_value("io_bytes"), 96.0 * 131072);
@@ -412,7 +412,7 @@ TEST(IoStallRule, StarvationWithBusyIoOpensMediumThenHigh) {
   EXPECT_EQ(c.severity, Severity::kMedium);
   EXPECT_EQ(c.pid, 0);
   EXPECT_NEAR(c.evidence_value("starvation_share"), 0.25, 1e-5);
-  EXPECT_NEAR(c.evidence_value("io_busy_share"), 0.30, 1e-9);
+  EXPECT_NEAR(c.evidence_value("io_in_flight"), 0.30, 1e-9);
   EXPECT_NEAR(c.evidence_value("io_p99_s"), 0.030, 1e-9);
   ASSERT_EQ(c.contributors.size(), 1u);
   EXPECT_EQ(c.contributors[0].pid, 4101);

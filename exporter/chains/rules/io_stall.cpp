@@ -100,12 +100,12 @@ class IoStall : public Rule {
     const ProcessWindow* main = procs.empty() ? nullptr : procs[0];
     const double mean = all.count ? secs(all.sum_ns) / static_cast<double>(all.count) : 0;
     c.evidence = {{"starvation_share", s.starvation_ratio},
-                  {"io_busy_share", busy},
+                  {"io_in_flight", busy},
                   {"io_p99_s", p99},
                   {"io_mean_s", mean},
                   {"io_requests", static_cast<double>(all.count)},
                   {"io_bytes", static_cast<double>(all.bytes)},
-                  {"device_busy_share", share(static_cast<double>(device_ns), window)}};
+                  {"device_in_flight", share(static_cast<double>(device_ns), window)}};
     const std::string workload = process_or_workload(main, c);
     c.root_cause = "the CUDA-issuing threads of " + workload + " sat blocked outside CUDA calls " +
                    percent(s.starvation_ratio) + " of the window while the workload's block I/O " +
