@@ -283,9 +283,14 @@ void add_kube_families(const KubeStats& st, std::vector<Family>& out) {
 }
 
 void add_store_families(const StoreStats& st, std::vector<Family>& out) {
-  if (!st.enabled) return;
+  if (!st.configured && !st.enabled) return;
   auto add = [&](const char* name, const char* help, MetricKind kind, const char* unit,
                  std::uint64_t v) { add_scalar(out, name, help, kind, unit, v); };
+  add("stallwatch_store_up",
+      "1 while the chain store is open, 0 while it cannot be (tracing and /metrics go on; the "
+      "daemon retries every minute and logs why).",
+      MetricKind::kGauge, "1", st.enabled ? 1 : 0);
+  if (!st.enabled) return;
   add("stallwatch_store_rows_written_total", "Rows committed to the SQLite store.",
       MetricKind::kCounter, "{row}", st.rows_written);
   add("stallwatch_store_batches_dropped_total",

@@ -1,5 +1,9 @@
 #include "app/daemon.h"
 
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +14,7 @@
 
 #include "chains/outliers.h"
 #include "app/pipeline.h"
+#include "app/store_keeper.h"
 #include "cli/check.h"
 #include "cli/options.h"
 #include "common/duration.h"
@@ -50,6 +55,21 @@ bool preflight() {
   return ok;
 }
 
+// Two fds per probe and one per library file, for every container image's copy of libcudart:
+// the soft limit (1024 by default) runs out after about a dozen. Raise it to the hard limit.
+void raise_fd_limit() {
+  rlimit l{};
+  if (getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur >= l.rlim_max) return;
+  const rlim_t was = l.rlim_cur;
+  l.rlim_cur = l.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &l) == 0) {
+    SW_LOG(kDebug) << "open files limit raised from " << was << " to " << l.rlim_max;
+  } else {
+    SW_LOG(kWarn) << "cannot raise the open files limit from " << was << ": " << strerror(errno)
+                  << "; set LimitNOFILE= in the unit";
+  }
+}
+
 }  // namespace
 
 int run_main(const std::vector<std::string>& args, const std::vector<std::string>& env) {
@@ -67,6 +87,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   apply_log_settings(o.log);
   for (const auto& line : unknown_run_variables(env)) SW_LOG(kWarn) << line;
   if (!preflight()) return 1;
+  raise_fd_limit();
 
   auto push = otlp::push_config_from_environment(o.otlp, o.otlp_file, STALLWATCH_VERSION);
   if (!push) {
@@ -91,19 +112,16 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     return 1;
   }
 
-  std::unique_ptr<store::Store> db;
+  // The store may fail; tracing and /metrics may not (app/store_keeper.h).
+  std::unique_ptr<app::StoreKeeper> keeper;
   if (o.db != "none") {
     store::StoreOptions sopts;
     sopts.path = o.db;
     sopts.max_bytes = o.max_db;
     sopts.retention = o.retention;
-    auto opened = store::Store::open(sopts);
-    if (!opened) {
-      SW_LOG(kError) << opened.error().message;
-      return 1;
-    }
-    db = std::move(*opened);
+    keeper = std::make_unique<app::StoreKeeper>(sopts);
   }
+  store::Store* db = keeper ? keeper->get() : nullptr;
 
   metrics::SnapshotBoard board;
   metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
@@ -154,10 +172,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   app::PipelineOptions popts;
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
   popts.otlp = pusher.get();
-  app::Pipeline pipeline(popts, board, db.get());
+  app::Pipeline pipeline(popts, board, db);
+  pipeline.set_store(db, keeper != nullptr);
   host::HostSampler host(fs);
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {
+    if (keeper && !keeper->up()) pipeline.set_store(keeper->get(), true);  // retried when due
     for (const auto& c : pipeline.window(collector.collect(o.window, counts()), outliers.drain(),
                                          host.sample())) {
       if (c.open && announced.insert(c.id).second) SW_LOG(kInfo) << "chain opened: " << c.summary;
@@ -171,9 +191,10 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   SW_LOG(kInfo) << "ready: listening on " << o.listen << ", window " << format_duration(o.window)
                 << ", " << procs << " processes with CUDA libraries, "
                 << discovery.attached_libraries() << " library files traced (cgroup2 at " << *mount
-                << "), store " << (db ? o.db + " (max " + format_size(o.max_db) + ", " +
-                                           format_duration(o.retention) + ")"
-                                     : std::string("off"))
+                << "), store "
+                << (db ? o.db + " (max " + format_size(o.max_db) + ", " +
+                             format_duration(o.retention) + ")"
+                       : std::string(keeper ? "off until it opens (see the error above)" : "off"))
                 << ", OTLP " << otlp::describe(*push);
 
   sd_notify("READY=1\nSTATUS=tracing " + std::to_string(discovery.attached_libraries()) +
@@ -187,11 +208,13 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   }
 
   // Ring buffers and discovery on their own thread: nothing there waits for the collector.
+  std::atomic<bool> fatal{false};
   std::thread events([&] {
     while (!g_stop) {
       auto r = (*tracer)->poll(std::chrono::milliseconds(10));
       if (!r) {
-        SW_LOG(kError) << r.error().message;
+        SW_LOG(kError) << r.error().message << "; exiting so that the service manager restarts us";
+        fatal = true;
         g_stop = true;
         break;
       }
@@ -210,7 +233,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   sd_notify("STOPPING=1\nSTATUS=detaching probes");
   events.join();
   SW_LOG(kInfo) << "stopping: detaching probes";
-  return 0;
+  return fatal ? 1 : 0;
 }
 
 }  // namespace stallwatch::cli

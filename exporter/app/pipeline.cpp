@@ -45,7 +45,11 @@ std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const chains:
 }
 
 Pipeline::Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store::Store* store)
-    : options_(options), board_(board), store_(store), engine_(options.engine) {}
+    : options_(options),
+      board_(board),
+      store_(store),
+      store_configured_(store != nullptr),
+      engine_(options.engine) {}
 
 std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
                                             const chains::OutlierWindow& outliers,
@@ -67,6 +71,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
     store_->enqueue(std::move(batch));
     snap->store = store_->stats();
   }
+  snap->store.configured = store_configured_;
   if (options_.otlp) snap->otlp = options_.otlp->stats();
   board_.publish(snap);
   if (options_.otlp) options_.otlp->offer(snap, changed);

@@ -40,11 +40,18 @@ class Pipeline {
                                     const store::HostContext& host);
 
   const chains::Engine& engine() const { return engine_; }
+  // The store from now on (null while it cannot be opened); `configured`: a --db was given, so
+  // its absence is reported (stallwatch_store_up 0).
+  void set_store(store::Store* store, bool configured) {
+    store_ = store;
+    store_configured_ = configured || store != nullptr;
+  }
 
  private:
   PipelineOptions options_;
   metrics::SnapshotBoard& board_;
   store::Store* store_;
+  bool store_configured_ = false;
   chains::Engine engine_;
   std::shared_ptr<const Snapshot> previous_;
 };

@@ -136,7 +136,7 @@ size_t Discovery::scan_all() {
   }
   for (int pid : gone) forget_process(pid);
   last_full_scan_ = std::chrono::steady_clock::now();
-  tick();
+  housekeep(last_full_scan_);
   return processes_.size();
 }
 
@@ -153,9 +153,13 @@ void Discovery::handle_event(int tgid) {
 void Discovery::tick() {
   auto now = std::chrono::steady_clock::now();
   if (now - last_full_scan_ >= options_.rescan_interval) {
-    scan_all();  // calls tick() again with the scan fresh
+    scan_all();  // ends with housekeep()
     return;
   }
+  housekeep(now);
+}
+
+void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.next > now) {
       ++it;

@@ -68,6 +68,9 @@ class Discovery {
   size_t attached_probes() const { return attached_probes_.load(); }
 
  private:
+  // tick() without the rescan: scan_all() ends with it (no recursion, however long a scan
+  // takes or however short --rescan-interval is).
+  void housekeep(std::chrono::steady_clock::time_point now);
   struct FileKey {
     dev_t dev;
     ino_t ino;

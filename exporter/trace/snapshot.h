@@ -212,7 +212,8 @@ struct ChainCount {
 
 // Self-metrics of the SQLite store (all zero when no store is configured).
 struct StoreStats {
-  bool enabled = false;
+  bool configured = false;  // a --db was given (stallwatch_store_up is exported)
+  bool enabled = false;     // and the store is open now (stallwatch_store_up 1)
   std::uint64_t batches_written = 0;
   std::uint64_t rows_written = 0;
   std::uint64_t batches_dropped = 0;  // queue full: the writer fell behind

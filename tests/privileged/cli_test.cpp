@@ -1,6 +1,7 @@
 // Bad input: one clear line naming the problem (and the fix), a non-zero exit, for every
 // failure an operator can cause: unknown flag, unreadable or malformed config, port in use,
-// missing capabilities. Runs the real binary.
+// missing capabilities. A store that cannot open is the exception: tracing goes on without it.
+// Runs the real binary.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -63,19 +64,67 @@ TEST(Cli, MalformedConfigValueNamesTheOption) {
   EXPECT_NE(r.output.find("--window: invalid duration '5 seconds'"), std::string::npos) << r.output;
 }
 
-TEST(Cli, UnwritableDatabaseIsOneClearLineBeforeAnyProbe) {
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Issue #15: the store may fail, tracing and /metrics may not. A database that cannot be
+// created: the daemon becomes ready, says why once, and exports stallwatch_store_up 0.
+TEST(Cli, UnwritableDatabaseLeavesTracingRunning) {
   // A regular file where a directory should be: not even root can create the database.
   const std::string dir = "/tmp/stallwatch-cli-" + std::to_string(getpid());
   std::ofstream(dir) << "not a directory\n";
-  auto r = run(kBin + " run --listen 127.0.0.1:" + std::to_string(free_port()) + " --db " + dir +
-               "/sub/stallwatch.db");
+  Daemon d({"--db", dir + "/sub/stallwatch.db"});
+  ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+  ASSERT_TRUE(d.wait_windows());
+  EXPECT_NE(d.metrics().find("\nstallwatch_store_up 0\n"), std::string::npos) << d.metrics();
+  EXPECT_EQ(d.stop(), 0);
   unlink(dir.c_str());
-  EXPECT_EQ(r.status, 1);
-  EXPECT_NE(r.output.find("error: cannot create directory " + dir + "/sub for the database"),
+  const std::string log = slurp(d.log_path());
+  EXPECT_NE(log.find("error: store: cannot create directory " + dir + "/sub for the database"),
             std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("pass --db PATH in a writable directory"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("tracing "), std::string::npos) << "no probe before the store opened";
+      << log;
+  EXPECT_NE(log.find("tracing and /metrics go on without the store"), std::string::npos) << log;
+  EXPECT_NE(log.find("ready: listening"), std::string::npos) << log;
+}
+
+// A file that is not a database (garbage, a half-written copy): moved aside, kept, and a new
+// store started.
+TEST(Cli, CorruptDatabaseIsMovedAsideAndANewOneStarted) {
+  const std::string path = "/tmp/stallwatch-cli-corrupt-" + std::to_string(getpid()) + ".db";
+  const std::string garbage(65536, 'Z');
+  std::ofstream(path, std::ios::binary) << garbage;
+  Daemon d({"--db", path});
+  ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+  ASSERT_TRUE(d.wait_windows());
+  EXPECT_NE(d.metrics().find("\nstallwatch_store_up 1\n"), std::string::npos) << d.metrics();
+  EXPECT_EQ(d.stop(), 0);
+  const std::string log = slurp(d.log_path());
+  const size_t at = log.find("moved it aside to " + path + ".corrupt-");
+  ASSERT_NE(at, std::string::npos) << log;
+  const size_t start = at + std::string("moved it aside to ").size();
+  const std::string aside = log.substr(start, log.find(' ', start) - start);
+  EXPECT_EQ(slurp(aside), garbage) << "the old file is kept as it was";
+  EXPECT_EQ(slurp(path).rfind("SQLite format 3", 0), 0u) << "a new database in its place";
+  for (const std::string& f : {path, path + "-wal", path + "-shm", aside}) unlink(f.c_str());
+}
+
+// A database from a newer stallwatch: left untouched, the store stays off, tracing goes on.
+TEST(Cli, NewerSchemaLeavesTheFileAloneAndTracingRunning) {
+  const std::string path = "/tmp/stallwatch-cli-newer-" + std::to_string(getpid()) + ".db";
+  ASSERT_EQ(run("sqlite3 " + path + " 'CREATE TABLE future(x); PRAGMA user_version = 99'").status, 0)
+      << "the sqlite3 shell is needed";
+  Daemon d({"--db", path});
+  ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+  ASSERT_TRUE(d.wait_windows());
+  EXPECT_NE(d.metrics().find("\nstallwatch_store_up 0\n"), std::string::npos) << d.metrics();
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_NE(slurp(d.log_path()).find("is newer than this stallwatch understands"),
+            std::string::npos)
+      << slurp(d.log_path());
+  EXPECT_EQ(run("sqlite3 " + path + " 'PRAGMA user_version'").output, "99\n");
+  for (const std::string& f : {path, path + "-wal", path + "-shm"}) unlink(f.c_str());
 }
 
 TEST(Cli, BadStoreLimitsNameTheFlag) {

@@ -154,7 +154,14 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
          ".log";
   db_ = "/tmp/stallwatch-test-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".db";
   std::vector<std::string> argv = {STALLWATCH_BIN, "run", "--listen",
-                                   "127.0.0.1:" + std::to_string(port_), "--db", db_};
+                                   "127.0.0.1:" + std::to_string(port_)};
+  auto db = std::find(extra_args.begin(), extra_args.end(), "--db");
+  if (db != extra_args.end() && db + 1 != extra_args.end()) {
+    db_ = *(db + 1);  // the test's own database, which it removes itself
+    own_db_ = false;
+  } else {
+    argv.insert(argv.end(), {"--db", db_});
+  }
   if (std::find(extra_args.begin(), extra_args.end(), "--window") == extra_args.end()) {
     argv.insert(argv.end(), {"--window", "200ms"});
   }
@@ -174,6 +181,7 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
 
 Daemon::~Daemon() {
   if (pid_ > 0) stop();
+  if (!own_db_) return;
   for (const char* suffix : {"", "-wal", "-shm"}) unlink((db_ + suffix).c_str());
 }
 

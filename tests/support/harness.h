@@ -48,7 +48,8 @@ class Daemon {
   bool wait_windows(int n = 2, std::chrono::seconds limit = std::chrono::seconds(20));
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_; }
-  const std::string& db_path() const { return db_; }  // removed with the daemon
+  // Removed with the daemon, unless the test passed its own --db.
+  const std::string& db_path() const { return db_; }
   int stop();  // SIGTERM, bounded wait; returns the exit status
 
  private:
@@ -57,6 +58,7 @@ class Daemon {
   int port_ = 0;
   std::string log_;
   std::string db_;
+  bool own_db_ = true;  // false when the test passed --db itself
 };
 
 // A cgroup v2 directory under the unified mount, removed (after its processes exit) when

@@ -1,0 +1,37 @@
+// Keeps the chain store open for `run` without letting it stop tracing (issue #15): the store
+// may fail, tracing and /metrics may not. A database that is not SQLite or is corrupt is moved
+// aside (renamed to PATH.corrupt-UNIXTIME, with its -wal and -shm; never deleted) and a new one
+// is started; any other failure to open (read-only or full file system, a newer schema,
+// permissions) leaves the store off, says so once in the log and in stallwatch_store_up, and is
+// retried every `retry` until it works. Not thread-safe: the window loop calls it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "store/store.h"
+
+namespace stallwatch::app {
+
+class StoreKeeper {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit StoreKeeper(store::StoreOptions options,
+                       std::chrono::nanoseconds retry = std::chrono::seconds(60));
+
+  // The store, opened now if it is closed and an attempt is due; null while it cannot be.
+  store::Store* get(Clock::time_point now = Clock::now());
+  bool up() const { return store_ != nullptr; }
+  const std::string& last_error() const { return last_error_; }
+
+ private:
+  bool try_open();
+  store::StoreOptions options_;
+  std::chrono::nanoseconds retry_;
+  std::unique_ptr<store::Store> store_;
+  Clock::time_point next_attempt_{};
+  std::string last_error_;
+};
+
+}  // namespace stallwatch::app
