@@ -111,6 +111,14 @@ class NcclStraggler : public Rule {
         if (peers_mean <= 0 || mean < th_.ratio * peers_mean ||
             mean - peers_mean < th_.min_excess_s)
           continue;
+        // Ops that spent most of their excess waiting for a CPU: cpu_contention names that
+        // cause (docs/chains.md, one stall, one cause).
+        const ProcessWindow& rp = *ranks[i].p;
+        if (auto call = rp.calls.find(key.first);
+            call != rp.calls.end() &&
+            ctx.excess_runnable_share(rp, key.first, call->second, peers_mean) >= 0.5) {
+          continue;
+        }
         const double ratio = mean / peers_mean;
         Straggler& s = found[{ranks[i].p->cgroup, ranks[i].p->pid}];
         if (ratio > s.ratio)
