@@ -160,6 +160,11 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   identity::CgroupResolver resolver(*mount);
   otlp::HttpClient::global_init();  // before any thread uses curl
   if (!kube_settings->enabled) SW_LOG(kInfo) << kube_settings->why_off;
+  if (kube_settings->enabled && !kube_settings->send_token) {
+    SW_LOG(kWarn) << "Kubernetes metadata: " << kube_settings->api_url
+                  << " is plain http to a non-loopback address: the service account token is "
+                     "not sent (use https, or kubectl proxy on 127.0.0.1)";
+  }
   identity::KubeMetadata kube(*kube_settings);
   trace::Collector collector(trace::default_sources({**tracer, fs, resolver}), resolver, fs,
                              {o.max_cgroups, &kube});

@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include <cctype>
+#include <charconv>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -43,7 +45,7 @@ po::options_description run_options_description() {
      "full /proc rescan for CUDA libraries (default 30s; mappings are also caught as they happen)")
     ("detach-linger", po::value<std::string>(),
      "keep probes on a library this long after the last process unmapped it (default 30s)")
-    ("max-cgroups", po::value<size_t>(), "cgroups with their own series; the rest fold into "
+    ("max-cgroups", po::value<std::string>(), "cgroups with their own series; the rest fold into "
      "cgroup=\"_overflow\" (default 256)")
     ("kube-api", po::value<std::string>(), "Kubernetes API server for pod/namespace/container "
      "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
@@ -72,15 +74,42 @@ const std::string* text_flag(const LayeredFlags& flags, const char* name, std::s
   return v ? &v->as<std::string>() : nullptr;
 }
 
+// The documented range of every duration flag of run (README "Flag ranges"): a value outside
+// it is refused at parse time, so `--window 1ns` or `--retention 100000d` never reach the
+// daemon.
+struct DurationRange {
+  const char* name;
+  std::chrono::nanoseconds min, max;
+};
+using std::chrono::hours;
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using std::chrono::minutes;
+using std::chrono::seconds;
+constexpr DurationRange kDurationRanges[] = {
+    {"window", milliseconds(100), hours(1)},
+    {"outlier-threshold", microseconds(10), hours(1)},
+    {"rescan-interval", seconds(1), hours(24)},
+    {"retention", minutes(1), hours(24 * 3650)},
+    {"detach-linger", seconds(0), hours(24)},
+    {"kube-refresh", seconds(1), hours(24)},
+};
+
 Result<std::chrono::nanoseconds> duration_flag(const LayeredFlags& flags, const char* name,
-                                               std::chrono::nanoseconds fallback,
-                                               bool zero_ok = false) {
+                                               std::chrono::nanoseconds fallback) {
   std::string source;
   const std::string* text = text_flag(flags, name, &source);
   if (!text) return fallback;
   auto d = parse_duration(*text);
   if (!d) return make_error(source + ": " + d.error().message);
-  if (d->count() == 0 && !zero_ok) return make_error(source + " must be greater than 0");
+  for (const auto& r : kDurationRanges) {
+    if (std::string_view(r.name) != name) continue;
+    if (*d < r.min || *d > r.max) {
+      return make_error(source + " " + *text + " is out of range: use " +
+                        (r.min.count() == 0 ? std::string("0") : format_duration(r.min)) +
+                        " to " + format_duration(r.max));
+    }
+  }
   return *d;
 }
 
@@ -138,14 +167,25 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   if (const std::string* max_db = text_flag(flags, "max-db", &source)) {
     auto size = parse_size(*max_db);
     if (!size) return make_error(source + ": " + size.error().message);
-    if (*size < (1u << 20)) return make_error(source + " must be at least 1MiB");
+    if (*size < (1u << 20) || *size > (1ull << 50)) {
+      return make_error(source + " " + *max_db + " is out of range: use 1MiB to 1PiB");
+    }
     o.max_db = *size;
   }
   auto retention = duration_flag(flags, "retention", o.retention);
   if (!retention) return retention.error();
   o.retention = *retention;
-  if (const auto* max_cgroups = flags.find("max-cgroups")) {
-    o.max_cgroups = max_cgroups->as<size_t>();
+  if (const std::string* max_cgroups = text_flag(flags, "max-cgroups", &source)) {
+    std::int64_t n = 0;
+    const char* end = max_cgroups->data() + max_cgroups->size();
+    auto [p, ec] = std::from_chars(max_cgroups->data(), end, n);
+    if (ec != std::errc() || p != end) {
+      return make_error(source + ": expected a whole number, not '" + *max_cgroups + "'");
+    }
+    if (n < 1 || n > 100000) {
+      return make_error(source + " " + *max_cgroups + " is out of range: use 1 to 100000");
+    }
+    o.max_cgroups = static_cast<size_t>(n);
   }
   auto log = log_settings(flags);
   if (!log) return log.error();
@@ -164,10 +204,6 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   if (const std::string* node = text_flag(flags, "kube-node", &source)) o.kube_node = *node;
   auto kube_refresh = duration_flag(flags, "kube-refresh", o.kube_refresh);
   if (!kube_refresh) return kube_refresh.error();
-  if (*kube_refresh < std::chrono::seconds(1)) {
-    flags.find("kube-refresh", &source);
-    return make_error(source + " must be at least 1s");
-  }
   o.kube_refresh = *kube_refresh;
   for (auto [name, into] : {std::pair{"path.procfs", &o.procfs}, std::pair{"path.sysfs", &o.sysfs}}) {
     const std::string* path = text_flag(flags, name, &source);
@@ -177,7 +213,7 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     }
     *into = path->size() > 1 && path->back() == '/' ? path->substr(0, path->size() - 1) : *path;
   }
-  auto linger = duration_flag(flags, "detach-linger", o.detach_linger, true);
+  auto linger = duration_flag(flags, "detach-linger", o.detach_linger);
   if (!linger) return linger.error();
   o.detach_linger = *linger;
   if (auto set = otlp_flags(flags, file_layer, o); !set) return set.error();
@@ -286,10 +322,22 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
   std::string config_source;
   if (const std::string* config = text_flag(flags, "config", &config_source)) {
     o.config = *config;
+    const std::string named = config_source == "--config" ? "" : " named by " + config_source;
+    // A regular file of bounded size: a directory, a FIFO or /dev/zero must not hang or
+    // exhaust the daemon.
+    std::error_code ec;
+    const auto status = std::filesystem::status(o.config, ec);
+    if (!ec && status.type() != std::filesystem::file_type::regular) {
+      return make_error("config file " + o.config + named +
+                        " is not a regular file (pass a file of `name = value` lines)");
+    }
+    constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+    if (!ec && std::filesystem::file_size(o.config, ec) > kMaxConfigBytes && !ec) {
+      return make_error("config file " + o.config + named + " is larger than 1 MiB");
+    }
     std::ifstream in(o.config);
     if (!in) {
-      return make_error("cannot read config file " + o.config +
-                        (config_source == "--config" ? "" : " named by " + config_source) +
+      return make_error("cannot read config file " + o.config + named +
                         " (check the path and permissions)");
     }
     try {

@@ -156,6 +156,19 @@ Result<KubeSettings> resolve_kube_settings(const std::string& api_flag,
                         "' is not an http(s) URL (e.g. https://10.96.0.1:443, or none)");
     }
     s.api_url = std::string(trim_right(api_flag, "/"));
+    if (s.api_url.rfind("http://", 0) == 0) {
+      // The host part exactly: localhost, [::1], or an IPv4 literal in 127.0.0.0/8.
+      std::string host = s.api_url.substr(7);
+      host = host.substr(0, host.find('/'));
+      if (host.rfind("[::1]", 0) == 0) {
+        host = "[::1]";
+      } else {
+        host = host.substr(0, host.find(':'));
+      }
+      const bool ipv4_loopback = host.rfind("127.", 0) == 0 &&
+                                 host.find_first_not_of("0123456789.") == std::string::npos;
+      s.send_token = host == "localhost" || host == "[::1]" || ipv4_loopback;
+    }
   }
   if (!node_flag.empty()) {
     s.node = node_flag;
@@ -275,7 +288,7 @@ void KubeMetadata::list_once() {
   d.stopping = &stopping_;
   std::unique_ptr<curl_slist, CurlDeleter> headers(
       curl_slist_append(nullptr, "Accept: application/json"));
-  const std::string token = read_file(settings_.token_path);
+  const std::string token = settings_.send_token ? read_file(settings_.token_path) : std::string();
   if (!token.empty()) {
     headers.reset(curl_slist_append(headers.release(), ("Authorization: Bearer " + token).c_str()));
   }

@@ -72,6 +72,9 @@ struct KubeSettings {
   bool enabled = false;
   std::string why_off;  // when !enabled: the one line saying why (logged once)
   std::string api_url;  // https://10.96.0.1:443, no trailing '/'
+  // The service-account token goes only over TLS or to a loopback address (kubectl proxy):
+  // never in the clear across the network (issue #15).
+  bool send_token = true;
   std::string node;
   std::string node_source;  // "--kube-node", "NODE_NAME", "hostname"
   std::string token_path = "/var/run/secrets/kubernetes.io/serviceaccount/token";

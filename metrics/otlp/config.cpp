@@ -60,9 +60,11 @@ Result<std::chrono::milliseconds> env_millis(const Getenv& getenv, const char* n
   const std::string v = env(getenv, name);
   std::uint64_t ms = 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
-  if (ec != std::errc() || end != v.data() + v.size() || ms == 0) {
+  // At most a day: larger values overflowed the conversion to nanoseconds (issue #15).
+  constexpr std::uint64_t kMaxMs = 86'400'000;
+  if (ec != std::errc() || end != v.data() + v.size() || ms == 0 || ms > kMaxMs) {
     return make_error(std::string(name) + "=" + v +
-                      ": expected a whole number of milliseconds greater than 0");
+                      ": expected a whole number of milliseconds from 1 to 86400000 (1 day)");
   }
   return std::chrono::milliseconds(ms);
 }
@@ -363,9 +365,9 @@ Result<PushConfig> resolve_push_config(const PushFlags& given, const PushFlags& 
     if (!ms) return ms.error();
     c.interval = *ms;
   }
-  if (c.interval < std::chrono::milliseconds(100)) {
+  if (c.interval < std::chrono::milliseconds(100) || c.interval > std::chrono::hours(24)) {
     return make_error("OTLP export interval " + format_duration(c.interval) +
-                      ": must be at least 100ms (default 15s)");
+                      ": must be 100ms to 1d (default 15s)");
   }
   if (flags.timeout) {
     c.delivery.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(*flags.timeout);
@@ -378,9 +380,10 @@ Result<PushConfig> resolve_push_config(const PushFlags& given, const PushFlags& 
       break;
     }
   }
-  if (c.delivery.timeout < std::chrono::milliseconds(100)) {
+  if (c.delivery.timeout < std::chrono::milliseconds(100) ||
+      c.delivery.timeout > std::chrono::hours(1)) {
     return make_error("OTLP timeout " + format_duration(c.delivery.timeout) +
-                      ": must be at least 100ms (default 10s)");
+                      ": must be 100ms to 1h (default 10s)");
   }
   if (flags.max_retry_time) {
     c.delivery.max_retry_time =

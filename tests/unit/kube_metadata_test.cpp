@@ -170,6 +170,17 @@ TEST(KubeSettings, InClusterAutoNoneAndErrors) {
   EXPECT_EQ(flag->api_url, "http://127.0.0.1:8001");
   EXPECT_EQ(flag->node, "other-node");
   EXPECT_EQ(flag->node_source, "--kube-node");
+  EXPECT_TRUE(flag->send_token) << "loopback (kubectl proxy)";
+  EXPECT_TRUE(in_pod->send_token) << "https";
+  // Issue #15: the token never goes in the clear across the network.
+  auto plain = resolve_kube_settings("http://10.96.0.1:8080", "n", 60s, getenv);
+  ASSERT_TRUE(plain);
+  EXPECT_TRUE(plain->enabled);
+  EXPECT_FALSE(plain->send_token);
+  EXPECT_FALSE(resolve_kube_settings("http://127.0.0.1.evil.example:80", "n", 60s, getenv)
+                   ->send_token);
+  EXPECT_TRUE(resolve_kube_settings("http://[::1]:8001", "n", 60s, getenv)->send_token);
+  EXPECT_TRUE(resolve_kube_settings("http://localhost:8001/", "n", 60s, getenv)->send_token);
 
   env.erase("NODE_NAME");
   auto host = resolve_kube_settings("", "", 60s, getenv);

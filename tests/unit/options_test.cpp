@@ -162,7 +162,7 @@ TEST(ParseRunOptionsTest, BadListen) {
 
 TEST(ParseRunOptionsTest, BadDurations) {
   const std::string zero = error_of({"--window", "0s"});
-  EXPECT_TRUE(contains(zero, "--window must be greater than 0")) << zero;
+  EXPECT_EQ(zero, "--window 0s is out of range: use 100ms to 1h");
   const std::string bare = error_of({"--window", "5"});
   EXPECT_TRUE(contains(bare, "--window")) << bare;
   EXPECT_TRUE(contains(bare, "'5'")) << bare;
@@ -170,7 +170,33 @@ TEST(ParseRunOptionsTest, BadDurations) {
   EXPECT_TRUE(contains(outlier, "--outlier-threshold")) << outlier;
   EXPECT_TRUE(contains(outlier, "'fast'")) << outlier;
   const std::string rescan = error_of({"--rescan-interval", "0ms"});
-  EXPECT_TRUE(contains(rescan, "--rescan-interval must be greater than 0")) << rescan;
+  EXPECT_EQ(rescan, "--rescan-interval 0ms is out of range: use 1s to 1d");
+}
+
+// Issue #15: every duration, size and count has a range, enforced at parse time.
+TEST(ParseRunOptionsTest, RangesAreEnforced) {
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--window", "1ns"},
+           {"--window", "100000d"},
+           {"--retention", "1ns"},
+           {"--outlier-threshold", "1ns"},
+           {"--rescan-interval", "1ns"},
+           {"--detach-linger", "2d"},
+           {"--max-db", "2EiB"},
+           {"--max-cgroups", "0"},
+           {"--max-cgroups", "-1"},
+           {"--max-cgroups", "100001"}}) {
+    const std::string message = error_of({flag, value});
+    EXPECT_TRUE(message.starts_with(flag + " " + value + " is out of range: use ") ||
+                contains(message, flag))
+        << flag << " " << value << ": " << message;
+    EXPECT_TRUE(contains(message, "out of range") || contains(message, "unknown size unit"))
+        << flag << " " << value << ": " << message;
+  }
+  const auto edge = parse({"--window", "100ms", "--retention", "1m", "--outlier-threshold",
+                           "10us", "--detach-linger", "0s", "--max-cgroups", "100000"});
+  ASSERT_TRUE(edge.ok()) << edge.error().message;
+  EXPECT_EQ(edge->max_cgroups, 100000u);
 }
 
 TEST(ParseRunOptionsTest, BadMaxCgroups) {
@@ -191,7 +217,7 @@ TEST(ParseRunOptionsTest, KubernetesFlags) {
   EXPECT_EQ(o->kube_node, "gpu-node-7");
   EXPECT_EQ(o->kube_refresh, 2min);
   const std::string fast = error_of({"--kube-refresh", "500ms"});
-  EXPECT_EQ(fast, "--kube-refresh must be at least 1s");
+  EXPECT_EQ(fast, "--kube-refresh 500ms is out of range: use 1s to 1d");
   const std::string bad = error_of({"--kube-refresh", "often"});
   EXPECT_TRUE(contains(bad, "--kube-refresh")) << bad;
   EXPECT_TRUE(contains(bad, "'often'")) << bad;
@@ -257,7 +283,17 @@ TEST_F(ConfigFile, CommandLineWins) {
 TEST_F(ConfigFile, BadValueInFile) {
   const std::string path = write("window = 0s\n");
   const std::string message = error_of({"--config", path});
-  EXPECT_TRUE(contains(message, "--window must be greater than 0")) << message;
+  EXPECT_EQ(message, "--window 0s is out of range: use 100ms to 1h");
+}
+
+// A directory or a device where the config file should be is refused at once (reading
+// /dev/zero would never end).
+TEST_F(ConfigFile, NotARegularFileIsRefused) {
+  for (const char* path : {"/dev/zero", "/tmp"}) {
+    const std::string message = error_of({"--config", path});
+    EXPECT_EQ(message, std::string("config file ") + path +
+                           " is not a regular file (pass a file of `name = value` lines)");
+  }
 }
 
 TEST_F(ConfigFile, UnknownOptionInFile) {
@@ -397,8 +433,9 @@ TEST(RunEnvironmentTest, MalformedValueNamesTheVariable) {
   };
   for (const Case& c : {
            Case{"STALLWATCH_WINDOW=5", "STALLWATCH_WINDOW: invalid duration '5'"},
-           Case{"STALLWATCH_WINDOW=0s", "STALLWATCH_WINDOW must be greater than 0"},
-           Case{"STALLWATCH_KUBE_REFRESH=10ms", "STALLWATCH_KUBE_REFRESH must be at least 1s"},
+           Case{"STALLWATCH_WINDOW=0s", "STALLWATCH_WINDOW 0s is out of range: use 100ms to 1h"},
+           Case{"STALLWATCH_KUBE_REFRESH=10ms",
+                "STALLWATCH_KUBE_REFRESH 10ms is out of range: use 1s to 1d"},
            Case{"STALLWATCH_LISTEN=9464", "STALLWATCH_LISTEN 9464: expected ADDR:PORT"},
            Case{"STALLWATCH_MAX_DB=12XB", "STALLWATCH_MAX_DB: unknown size unit"},
            Case{"STALLWATCH_MAX_CGROUPS=many", "STALLWATCH_MAX_CGROUPS: "},
@@ -481,7 +518,7 @@ TEST_F(ConfigFile, BadValueInFileIsNamedByTheFlagEvenWithEnvironment) {
   const std::string path = write("window = 0s\n");
   const auto o = parse_env({"--config", path}, {"STALLWATCH_RETENTION=1d"});
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error().message, "--window must be greater than 0");
+  EXPECT_EQ(o.error().message, "--window 0s is out of range: use 100ms to 1h");
   // Set above the file, the file's bad value is never read.
   EXPECT_TRUE(parse_env({"--config", path}, {"STALLWATCH_WINDOW=1s"}).ok());
 }
