@@ -42,17 +42,6 @@ std::string unique(const std::string& name) {
   return "stallwatch-chains-" + std::to_string(getpid()) + "/" + name;
 }
 
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
-
 // The workload: syncs that each spin 2 ms of CPU (a CUDA runtime polling for completion),
 // long enough to span many 500 ms windows.
 pid_t start_workload(const TestCgroup& cg, int cpu, int calls) {
@@ -141,9 +130,9 @@ TEST(Chains, PinnedCpuHogsOpenACpuContentionChainNamingThemAndCalmOpensNone) {
   // names the hogs and recommends a fix.
   // Two windows more, so the chain has seen every hog for a while.
   ASSERT_TRUE(daemon.wait_windows(2)) << daemon.log_path();
-  std::string json = run_capture(std::string(STALLWATCH_BIN) + " explain --db " +
+  std::string json = capture(std::string(STALLWATCH_BIN) + " explain --db " +
                                  daemon.db_path() + " --since 10m --json");
-  std::string text = run_capture(std::string(STALLWATCH_BIN) + " explain --db " +
+  std::string text = capture(std::string(STALLWATCH_BIN) + " explain --db " +
                                  daemon.db_path() + " --since 10m");
   if (std::getenv("STALLWATCH_TEST_SHOW")) std::cout << text;
   kill_and_reap(hog1);

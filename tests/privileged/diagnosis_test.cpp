@@ -40,17 +40,6 @@ std::int64_t now_ns() {
       .count();
 }
 
-std::string run_capture(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
-  pclose(f);
-  return out;
-}
-
 struct Observed {
   std::string kind;
   int pid = 0;
@@ -60,7 +49,7 @@ struct Observed {
 
 // The chains the store holds for `cgroup` (cgroup labels here are plain path characters).
 std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
-  const std::string out = run_capture(
+  const std::string out = capture(
       std::string(STALLWATCH_BIN) + " query --format json --db " + d.db_path() +
       " \"SELECT kind, pid, contributors, opened_ns, closed_ns FROM chains WHERE cgroup = '" +
       cgroup + "' ORDER BY opened_ns\"");

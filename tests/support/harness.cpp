@@ -312,6 +312,17 @@ int wait_exit(pid_t pid, std::chrono::seconds limit) {
   return -1;
 }
 
+std::string capture(const std::string& command) {
+  std::string out;
+  FILE* f = popen(command.c_str(), "r");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  pclose(f);
+  return out;
+}
+
 pid_t start_hog(const std::string& comm, int cpu, const std::string& cgroup_dir) {
   Spawn s;
   s.comm = comm;

@@ -94,6 +94,8 @@ struct Spawn {
 pid_t spawn(const Spawn& s);
 // Waits (bounded) for a child; returns its exit status or -1 on timeout (then kills it).
 int wait_exit(pid_t pid, std::chrono::seconds limit = std::chrono::seconds(60));
+// The standard output of a shell command (popen), whatever its exit status.
+std::string capture(const std::string& command);
 // A busy loop process (for CPU contention), named `comm`, pinned to `cpu`, in `cgroup_dir`.
 pid_t start_hog(const std::string& comm, int cpu, const std::string& cgroup_dir);
 void kill_and_reap(pid_t pid);
