@@ -8,7 +8,7 @@
 //     and the size of that text gzip'd once (what Content-Encoding: gzip would send),
 //     without HTTP; also the peak RSS of the process during one render (VmHWM after resetting
 //     it through /proc/self/clear_refs);
-//  2. /metrics over real HTTP on 127.0.0.1: the real metrics::HttpServer (CivetWeb) serving a
+//  2. /metrics over real HTTP on 127.0.0.1: the real metrics::HttpServer (libmicrohttpd) serving a
 //     SnapshotBoard as `stallwatch run` does, fetched with one libcurl easy handle (as a scraper
 //     keeps one), each request timed end to end; body bytes and sample lines;
 //  3. OTLP: otlp::MetricsEncoder::encode (cumulative; explicit and exponential histograms, as

@@ -1,224 +1,472 @@
 #include "metrics/http_server.h"
 
-#include <CivetServer.h>
+#include <arpa/inet.h>
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <functional>
+#include <atomic>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstring>
+#include <future>
 #include <mutex>
-#include <sstream>
-#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <vector>
 
-#include "trace/records.h"
-#include "common/json.h"
-#include "metrics/otlp/wire.h"
-#include "trace/calls.h"
-#include "trace/histogram.h"
+#include "common/log.h"
+#include "common/privileges.h"
+#include "metrics/web_config.h"
 
 namespace stallwatch::metrics {
 namespace {
 
-void reply(mg_connection* conn, int status, const char* type, const std::string& body,
-           bool gzip = false) {
-  mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
-            "Cache-Control: no-store\r\nConnection: close\r\n\r\n",
-            status, status == 200 ? "OK" : "Service Unavailable", type, body.size(),
-            gzip ? "Content-Encoding: gzip\r\n" : "");
-  mg_write(conn, body.data(), body.size());
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kMaxPemBytes = 1 << 20;
+constexpr auto kTick = std::chrono::milliseconds(200);
+constexpr auto kReloadEvery = std::chrono::seconds(2);
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
-bool accepts_gzip(mg_connection* conn) {
-  const char* h = mg_get_header(conn, "Accept-Encoding");
-  return h && std::string_view(h).find("gzip") != std::string_view::npos;
+// One TCP connection, from MHD's connection notifications.
+struct Conn {
+  int fd = -1;
+  std::atomic<std::int64_t> waiting_since{0};  // since accept or the end of the last request
+  std::atomic<bool> in_request{false};
+  std::atomic<bool> served{false};  // has finished a request (now idle between requests)
+  bool cut = false;                 // shut down by the deadline (under the set's mutex)
+};
+
+// The PEM contents the running daemon was started with.
+struct TlsMaterial {
+  std::string cert, key, ca;
+  bool operator==(const TlsMaterial&) const = default;
+};
+
+Result<TlsMaterial> load_tls(const WebConfig& c) {
+  TlsMaterial m;
+  if (!c.tls) return m;
+  for (auto [path, into] : {std::pair{&c.cert_file, &m.cert}, std::pair{&c.key_file, &m.key},
+                            std::pair{&c.client_ca_file, &m.ca}}) {
+    if (path->empty()) continue;
+    auto text = read_small_file(*path, kMaxPemBytes);
+    if (!text) return make_error("--web.config.file: " + text.error().message);
+    *into = std::move(*text);
+  }
+  return m;
 }
 
-// The exposition of the latest snapshot, rendered once however many scrapers ask (an HA pair
-// of Prometheus servers, a person with curl) and gzip'd once for those that accept it. A
-// scrape that finds a newer snapshot renders it; concurrent scrapes of the same one wait for
-// that render instead of repeating it. Once gzip'd, the plain text is let go (Prometheus always
-// asks for gzip, and the text is ~60x larger); a plain request after that renders it again.
-class ExpositionCache {
- public:
-  using Bytes = std::shared_ptr<const std::string>;
-
-  Bytes get(const std::shared_ptr<const Snapshot>& snap, const BuildInfo& build, bool gzip) {
-    std::lock_guard lock(mu_);
-    if (snapshot_ != snap) {
-      snapshot_ = snap;  // kept, so its address is never reused while it is the key
-      text_.reset();
-      gzip_.reset();
+// Identity of the files whose change means a reload: size, mtime and inode.
+std::vector<std::int64_t> stamp(const std::vector<std::string>& paths) {
+  std::vector<std::int64_t> out;
+  for (const auto& p : paths) {
+    struct stat st{};
+    if (p.empty() || ::stat(p.c_str(), &st) != 0) {
+      out.insert(out.end(), {-1, -1, -1});
+      continue;
     }
-    if (gzip && gzip_) return gzip_;
-    if (!text_) text_ = std::make_shared<const std::string>(render_exposition(*snap, build));
-    if (!gzip) return text_;
-    gzip_ = std::make_shared<const std::string>(otlp::gzip_compress(*text_, 1));
-    text_.reset();  // a reply still writing it holds its own reference
-    return gzip_;
+    out.insert(out.end(), {static_cast<std::int64_t>(st.st_size),
+                           st.st_mtim.tv_sec * 1000000000ll + st.st_mtim.tv_nsec,
+                           static_cast<std::int64_t>(st.st_ino)});
   }
+  return out;
+}
 
- private:
-  std::mutex mu_;
-  std::shared_ptr<const Snapshot> snapshot_;
-  Bytes text_, gzip_;
-};
+std::vector<std::string> watched_files(const std::string& config_path, const WebConfig& c) {
+  return {config_path, c.cert_file, c.key_file, c.client_ca_file};
+}
 
-
-class Handler : public CivetHandler {
- public:
-  using Fn = std::function<void(mg_connection*)>;
-  explicit Handler(Fn fn) : fn_(std::move(fn)) {}
-  bool handleGet(CivetServer*, mg_connection* conn) override {
-    fn_(conn);
-    return true;
+Result<std::pair<int, int>> bind_listen(const std::string& listen) {
+  const auto colon = listen.rfind(':');
+  std::string host = listen.substr(0, colon);
+  const std::string port = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
   }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
+  if (gai != 0) {
+    return make_error("cannot listen on " + listen + ": " + gai_strerror(gai) +
+                      " (use ADDR:PORT with a numeric address, e.g. 127.0.0.1:9464)");
+  }
+  std::string why;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    const int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (a->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof ss;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+      const int bound = ss.ss_family == AF_INET6
+                            ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                            : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+      freeaddrinfo(res);
+      return std::pair{fd, bound};
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  freeaddrinfo(res);
+  return make_error("cannot listen on " + listen + ": " + why +
+                    " (is another process using the port? pick one with --listen ADDR:PORT)");
+}
 
- private:
-  Fn fn_;
-};
+void mhd_log(void*, const char* fmt, va_list ap) {
+  if (!log_enabled(LogLevel::kDebug)) return;
+  char buf[512];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  std::string line(buf);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  SW_LOG(kDebug) << "http: " << line;
+}
 
 }  // namespace
 
-struct HttpServer::Handlers {
-  Handler metrics, healthz, debug;
+struct HttpServer::Impl {
+  HttpOptions options;
+  Routes routes;
+  int listen_fd = -1;
+  int port = 0;
+
+  std::shared_ptr<const WebConfig> config = std::make_shared<WebConfig>();  // atomic access
+  TlsMaterial tls;  // what `daemon` was started with (manager thread)
+  PasswordChecker passwords;
+
+  std::mutex conns_mu;
+  std::unordered_set<Conn*> conns;
+  std::atomic<unsigned> open{0};
+  std::atomic<std::uint64_t> cut_by_deadline{0}, over_cap{0};
+
+  MHD_Daemon* daemon = nullptr;  // manager thread only, once started
+  std::thread manager;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+
+  Impl(const HttpOptions& o, const SnapshotBoard& board, BuildInfo build)
+      : options(o), routes(board, std::move(build), o.enable_debug) {}
+
+  std::shared_ptr<const WebConfig> current_config() const { return std::atomic_load(&config); }
+
+  // --- MHD callbacks -------------------------------------------------------------------
+  static void on_connection(void* cls, MHD_Connection* c, void** socket_context,
+                            MHD_ConnectionNotificationCode code) {
+    auto* self = static_cast<Impl*>(cls);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      auto* conn = new Conn;
+      const MHD_ConnectionInfo* fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+      conn->fd = fd ? fd->connect_fd : -1;
+      conn->waiting_since = now_ns();
+      *socket_context = conn;
+      std::lock_guard lock(self->conns_mu);
+      self->conns.insert(conn);
+      self->open.fetch_add(1);
+    } else if (*socket_context) {
+      auto* conn = static_cast<Conn*>(*socket_context);
+      {
+        std::lock_guard lock(self->conns_mu);  // the fd is closed after this returns
+        self->conns.erase(conn);
+        self->open.fetch_sub(1);
+      }
+      delete conn;
+      *socket_context = nullptr;
+    }
+  }
+
+  static void on_completed(void*, MHD_Connection* c, void**, MHD_RequestTerminationCode) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (!info || !info->socket_context) return;
+    auto* conn = static_cast<Conn*>(info->socket_context);
+    conn->served = true;
+    conn->waiting_since = now_ns();
+    conn->in_request = false;
+  }
+
+  MHD_Result send(MHD_Connection* c, const HttpResponse& r, const WebConfig& cfg, bool close,
+                  bool auth_challenge = false) {
+    auto* holder = new std::shared_ptr<const std::string>(r.body);
+    const std::string& body = **holder;
+    MHD_Response* resp = MHD_create_response_from_buffer_with_free_callback_cls(
+        body.size(), const_cast<char*>(body.data()),
+        [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, holder);
+    if (!resp) {
+      delete holder;
+      return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (r.gzip) {
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Accept-Encoding");
+    }
+    for (const auto& [name, value] : cfg.headers) {
+      MHD_add_response_header(resp, name.c_str(), value.c_str());
+    }
+    if (close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    const MHD_Result ok = auth_challenge
+                              ? MHD_queue_basic_auth_fail_response(c, "stallwatch", resp)
+                              : MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
+    MHD_destroy_response(resp);
+    return ok;
+  }
+
+  // The client certificate rules of tls_server_config.client_auth_type; "" when they pass.
+  static std::string client_cert_problem(MHD_Connection* c, const WebConfig& cfg) {
+    if (!cfg.tls || cfg.client_auth == ClientAuth::kNone ||
+        cfg.client_auth == ClientAuth::kRequest) {
+      return "";
+    }
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!info || !info->tls_session) return "this listener needs TLS\n";
+    auto session = static_cast<gnutls_session_t>(info->tls_session);
+    unsigned count = 0;
+    const gnutls_datum_t* peers = gnutls_certificate_get_peers(session, &count);
+    const bool given = peers && count > 0;
+    if (!given) {
+      if (cfg.client_auth == ClientAuth::kVerifyIfGiven) return "";
+      return "a client certificate is required\n";
+    }
+    if (cfg.client_auth == ClientAuth::kRequireAny) return "";
+    unsigned status = 0;
+    if (gnutls_certificate_verify_peers2(session, &status) != GNUTLS_E_SUCCESS || status != 0) {
+      return "the client certificate is not signed by client_ca_file or not valid now\n";
+    }
+    return "";
+  }
+
+  static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method,
+                               const char*, const char*, size_t* upload_size, void** request) {
+    auto* self = static_cast<Impl*>(cls);
+    if (*request) {  // a body after the answer was queued: discard it
+      *upload_size = 0;
+      return MHD_YES;
+    }
+    *request = self;
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (info && info->socket_context) static_cast<Conn*>(info->socket_context)->in_request = true;
+
+    const auto cfg = self->current_config();
+    if (self->open.load() > self->options.max_connections) {
+      self->over_cap.fetch_add(1);
+      return self->send(c,
+                        text_response(503, "too many connections (--web.max-connections " +
+                                               std::to_string(self->options.max_connections) +
+                                               ")\n"),
+                        *cfg, true);
+    }
+    if (std::string problem = client_cert_problem(c, *cfg); !problem.empty()) {
+      return self->send(c, text_response(403, problem), *cfg, true);
+    }
+    if (!cfg->users.empty()) {
+      char* password = nullptr;
+      char* user = MHD_basic_auth_get_username_password(c, &password);
+      const bool ok = user && password && self->passwords.check(*cfg, user, password);
+      if (user) MHD_free(user);
+      if (password) MHD_free(password);
+      if (!ok) {
+        return self->send(c, text_response(401, "unauthorized\n"), *cfg, false, true);
+      }
+    }
+    const char* enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding");
+    HttpRequest req{method ? method : "", url ? url : "",
+                    enc && std::strstr(enc, "gzip") != nullptr};
+    return self->send(c, self->routes.handle(req), *cfg, false);
+  }
+
+  // --- the daemon ----------------------------------------------------------------------
+  Result<MHD_Daemon*> start_daemon(const WebConfig& cfg, const TlsMaterial& m) {
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (cfg.tls) flags |= MHD_USE_TLS;
+    const std::string priorities = cfg.tls_priorities();
+    std::vector<MHD_OptionItem> opts = {
+        {MHD_OPTION_LISTEN_SOCKET, listen_fd, nullptr},
+        {MHD_OPTION_THREAD_POOL_SIZE, 2, nullptr},
+        {MHD_OPTION_CONNECTION_LIMIT, static_cast<intptr_t>(options.max_connections * 2), nullptr},
+        {MHD_OPTION_CONNECTION_TIMEOUT,
+         static_cast<intptr_t>(std::max<long>(1, options.idle_timeout.count() / 1000)), nullptr},
+        {MHD_OPTION_NOTIFY_CONNECTION, reinterpret_cast<intptr_t>(&on_connection), this},
+        {MHD_OPTION_NOTIFY_COMPLETED, reinterpret_cast<intptr_t>(&on_completed), this},
+        {MHD_OPTION_EXTERNAL_LOGGER, reinterpret_cast<intptr_t>(&mhd_log), nullptr},
+    };
+    if (cfg.tls) {
+      opts.push_back({MHD_OPTION_HTTPS_MEM_CERT, 0, const_cast<char*>(m.cert.c_str())});
+      opts.push_back({MHD_OPTION_HTTPS_MEM_KEY, 0, const_cast<char*>(m.key.c_str())});
+      opts.push_back({MHD_OPTION_HTTPS_PRIORITIES, 0, const_cast<char*>(priorities.c_str())});
+      if (!m.ca.empty()) {
+        opts.push_back({MHD_OPTION_HTTPS_MEM_TRUST, 0, const_cast<char*>(m.ca.c_str())});
+      }
+    }
+    opts.push_back({MHD_OPTION_END, 0, nullptr});
+    MHD_Daemon* d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, this,
+                                     MHD_OPTION_ARRAY, opts.data(), MHD_OPTION_END);
+    if (!d) {
+      return make_error(cfg.tls ? "cannot start the HTTPS listener: check cert_file and key_file "
+                                  "of --web.config.file (PEM, the key matching the certificate)"
+                                : "cannot start the HTTP listener");
+    }
+    return d;
+  }
+
+  void cut_stalled() {
+    const std::int64_t now = now_ns();
+    std::lock_guard lock(conns_mu);
+    for (Conn* c : conns) {
+      if (c->cut || c->in_request || c->fd < 0) continue;
+      const auto limit = c->served ? options.idle_timeout : options.header_timeout;
+      if (now - c->waiting_since.load() <
+          std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count()) {
+        continue;
+      }
+      ::shutdown(c->fd, SHUT_RDWR);  // MHD sees the end and closes it on its own thread
+      c->cut = true;
+      cut_by_deadline.fetch_add(1);
+    }
+  }
+
+  // Re-reads the web config and its certificates when one of the files changed. A change of
+  // the TLS side starts a second daemon on the same socket before the first is quiesced, so
+  // the port never stops answering and a bad certificate leaves the old one serving.
+  void reload(std::vector<std::int64_t>& stamps) {
+    auto now_stamps = stamp(watched_files(options.web_config_file, *current_config()));
+    if (now_stamps == stamps) return;
+    stamps = now_stamps;
+    auto cfg = load_web_config(options.web_config_file);
+    if (!cfg) {
+      SW_LOG(kWarn) << cfg.error().message << "; keeping the last good web config";
+      return;
+    }
+    auto m = load_tls(*cfg);
+    if (!m) {
+      SW_LOG(kWarn) << m.error().message << "; keeping the last good web config";
+      return;
+    }
+    stamps = stamp(watched_files(options.web_config_file, *cfg));
+    const WebConfig& old = *current_config();
+    const bool restart = cfg->tls != old.tls || *m != tls || cfg->client_auth != old.client_auth ||
+                         cfg->tls_priorities() != old.tls_priorities();
+    if (restart) {
+      auto d = start_daemon(*cfg, *m);
+      if (!d) {
+        SW_LOG(kWarn) << d.error().message << "; keeping the last good web config";
+        return;
+      }
+      MHD_quiesce_daemon(daemon);
+      MHD_stop_daemon(daemon);
+      daemon = *d;
+      tls = std::move(*m);
+    }
+    std::atomic_store(&config, std::make_shared<const WebConfig>(std::move(*cfg)));
+    SW_LOG(kInfo) << "web config " << options.web_config_file << " reloaded"
+                  << (restart ? " (TLS settings changed; listener restarted)" : "");
+  }
+
+  void run(std::promise<Result<Ok>>& started) {
+    if (auto dropped = drop_thread_capabilities("sw-http"); !dropped) {
+      started.set_value(dropped.error());
+      return;
+    }
+    auto d = start_daemon(*current_config(), tls);
+    if (!d) {
+      started.set_value(d.error());
+      return;
+    }
+    daemon = *d;
+    started.set_value(Ok{});
+    std::vector<std::int64_t> stamps;
+    if (!options.web_config_file.empty()) {
+      stamps = stamp(watched_files(options.web_config_file, *current_config()));
+    }
+    auto next_reload = Clock::now() + kReloadEvery;
+    std::unique_lock lock(mu);
+    while (!stopping) {
+      cv.wait_for(lock, kTick);
+      if (stopping) break;
+      lock.unlock();
+      cut_stalled();
+      if (!options.web_config_file.empty() && Clock::now() >= next_reload) {
+        reload(stamps);
+        next_reload = Clock::now() + kReloadEvery;
+      }
+      lock.lock();
+    }
+    MHD_stop_daemon(daemon);  // closes the listening socket too
+    daemon = nullptr;
+  }
 };
 
-// The host evidence of a series (issue 4): what explains a memory, I/O, network or NCCL chain,
-// by process where the snapshot has it.
-static void add_host_json(Json& o, const Series& s) {
-  auto calls = trace::all_calls();
-  o["starvation_ratio"] = json_value(s.starvation_ratio);
-  o["reclaim"] = {{"direct_ns", s.reclaim.direct_ns},
-                  {"direct_count", s.reclaim.direct_count},
-                  {"memcg_ns", s.reclaim.memcg_ns},
-                  {"memcg_count", s.reclaim.memcg_count},
-                  {"cuda_ns", s.reclaim.cuda_ns}};
-  o["oom_kills"] = s.oom_kills;
-  o["oom_kills_cuda"] = s.oom_kills_cuda;
-  Json& victims = o["oom_victims"] = Json::array();
-  for (const OomKill& k : s.oom_victims) {
-    victims.push_back({{"pid", k.pid}, {"comm", k.comm}, {"cuda", k.cuda}, {"at_ns", k.at_ns}});
+Result<std::unique_ptr<HttpServer>> HttpServer::start(const HttpOptions& options,
+                                                      const SnapshotBoard& board,
+                                                      BuildInfo build) {
+  std::unique_ptr<HttpServer> s(new HttpServer());
+  s->impl_ = std::make_unique<Impl>(options, board, std::move(build));
+  Impl& impl = *s->impl_;
+  if (!options.web_config_file.empty()) {
+    auto cfg = load_web_config(options.web_config_file);
+    if (!cfg) return cfg.error();
+    auto m = load_tls(*cfg);
+    if (!m) return m.error();
+    impl.tls = std::move(*m);
+    impl.config = std::make_shared<const WebConfig>(std::move(*cfg));
   }
-  o["tcp_retransmits"] = {{"ipv4", s.tcp_retransmits_ipv4}, {"ipv6", s.tcp_retransmits_ipv6}};
-  Json& io = o["io_processes"] = Json::array();
-  for (const ProcessIo& p : s.io_processes) {
-    io.push_back({{"pid", p.pid},
-                  {"comm", p.comm},
-                  {"device", p.key.device},
-                  {"op", p.key.op},
-                  {"count", p.totals.count},
-                  {"bytes", p.totals.bytes},
-                  {"sum_ns", p.totals.sum_ns}});
+  auto bound = bind_listen(options.listen);
+  if (!bound) return bound.error();
+  impl.listen_fd = bound->first;
+  impl.port = bound->second;
+  std::promise<Result<Ok>> started;
+  auto result = started.get_future();
+  impl.manager = std::thread([&impl, &started] { impl.run(started); });
+  if (auto r = result.get(); !r) {
+    impl.manager.join();
+    ::close(impl.listen_fd);
+    return r.error();
   }
-  Json& nccl = o["nccl_processes"] = Json::array();
-  for (const ProcessNccl& p : s.nccl_processes) {
-    if (p.key.call_id >= calls.size()) continue;
-    nccl.push_back({{"pid", p.pid},
-                    {"op", calls[p.key.call_id].name},
-                    {"rank", p.key.rank},
-                    {"world_size", p.key.world_size},
-                    {"count", p.totals.count},
-                    {"bytes", p.totals.bytes},
-                    {"sum_ns", p.totals.sum_ns}});
-  }
-}
-
-std::string snapshot_json(const Snapshot& snap) {
-  auto calls = trace::all_calls();
-  Json o = {{"sequence", snap.sequence},
-            {"ready", snap.ready},
-            {"traced_processes", snap.traced_processes},
-            {"attached_libraries", snap.attached_libraries},
-            {"attached_probes", snap.attached_probes},
-            {"outliers", snap.outliers}};
-  Json& lost = o["lost"] = Json::object();
-  for (unsigned i = 0; i < trace::kLostSources; ++i) lost[trace::lost_source_name(i)] = snap.lost[i];
-  Json& series = o["series"] = Json::array();
-  for (const auto& [label, s] : snap.series) {
-    Json j = {{"cgroup", label},
-              {"container_id", s.identity.container_id},
-              {"offcpu",
-               {{"runnable_ns", s.offcpu.runnable_ns},
-                {"blocked_ns", s.offcpu.blocked_ns},
-                {"oncpu_ns", s.offcpu.oncpu_ns},
-                {"preemptions", s.offcpu.preemptions},
-                {"runnable_ratio", json_value(s.runnable_ratio)},
-                {"blocked_ratio", json_value(s.blocked_ratio)}}}};
-    Json& jc = j["calls"] = Json::array();
-    for (const auto& [id, t] : s.calls) {
-      if (id >= calls.size()) continue;
-      jc.push_back({{"call", calls[id].name},
-                    {"api", trace::api_name(calls[id].api)},
-                    {"count", t.count},
-                    {"sum_ns", t.sum_ns},
-                    {"runnable_ns", t.runnable_ns},
-                    {"blocked_ns", t.blocked_ns},
-                    {"max_ns", t.max_ns},
-                    {"p50_s", json_value(trace::quantile_upper_seconds(t.buckets, 0.5))},
-                    {"p99_s", json_value(trace::quantile_upper_seconds(t.buckets, 0.99))}});
-    }
-    Json& jp = j["processes"] = Json::array();
-    for (const auto& p : s.processes) {
-      if (p.call_id >= calls.size()) continue;
-      jp.push_back({{"pid", p.pid},
-                    {"call", calls[p.call_id].name},
-                    {"count", p.totals.count},
-                    {"runnable_ns", p.totals.runnable_ns}});
-    }
-    Json& pre = j["preemptors"] = Json::array();
-    for (const auto& p : s.preemptors) {
-      if (pre.size() == 10) break;  // the heaviest, cumulative
-      pre.push_back({{"pid", p.pid},
-                     {"comm", p.comm},
-                     {"cgroup", p.cgroup},
-                     {"victim_pid", p.victim_pid},
-                     {"runnable_ns", p.runnable_ns},
-                     {"count", p.count},
-                     {"thread", p.thread},
-                     {"ppid", p.ppid},
-                     {"kernel_thread", p.kernel_thread}});
-    }
-    add_host_json(j, s);
-    series.push_back(std::move(j));
-  }
-  return dump_json(o) + "\n";
+  const auto cfg = impl.current_config();
+  const std::string shown = options.listen.ends_with(":0")
+                               ? options.listen.substr(0, options.listen.size() - 1) +
+                                     std::to_string(impl.port)
+                               : options.listen;
+  SW_LOG(kInfo) << "listening on " << (cfg->tls ? "https://" : "http://") << shown
+                << (cfg->users.empty() ? "" : " with basic auth")
+                << (options.enable_debug ? " (/debug/snapshot on)" : "");
+  return s;
 }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& listen,
                                                       const SnapshotBoard& board,
                                                       BuildInfo build) {
-  std::unique_ptr<HttpServer> s(new HttpServer());
-  s->handlers_ = std::make_unique<Handlers>(Handlers{
-      Handler([&board, build, cache = std::make_shared<ExpositionCache>()](mg_connection* c) {
-        const bool gzip = accepts_gzip(c);
-        auto body = cache->get(board.current(), build, gzip);
-        reply(c, 200, "text/plain; version=0.0.4; charset=utf-8", *body, gzip);
-      }),
-      Handler([&board](mg_connection* c) {
-        auto snap = board.current();
-        if (snap->ready) {
-          reply(c, 200, "text/plain", "ok\n");
-        } else {
-          reply(c, 503, "text/plain", "starting: probes not attached yet\n");
-        }
-      }),
-      Handler([&board](mg_connection* c) {
-        reply(c, 200, "application/json", snapshot_json(*board.current()));
-      })});
-  std::vector<std::string> options = {"listening_ports", listen, "num_threads", "2",
-                                      "request_timeout_ms", "10000"};
-  try {
-    s->server_ = std::make_unique<CivetServer>(options);
-  } catch (const CivetException& e) {
-    return make_error("cannot listen on " + listen + ": " + e.what() +
-                      " (is another process using the port? pick one with --listen ADDR:PORT)");
-  }
-  s->server_->addHandler("/metrics", s->handlers_->metrics);
-  s->server_->addHandler("/healthz", s->handlers_->healthz);
-  s->server_->addHandler("/debug/snapshot", s->handlers_->debug);
-  return s;
+  HttpOptions o;
+  o.listen = listen;
+  o.enable_debug = true;  // the demo's and benchmarks' own data, no host to protect
+  return start(o, board, std::move(build));
 }
 
 HttpServer::~HttpServer() {
-  if (server_) server_->close();
+  if (!impl_ || !impl_->manager.joinable()) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->manager.join();
 }
+
+int HttpServer::port() const { return impl_->port; }
 
 }  // namespace stallwatch::metrics

@@ -1,45 +1,55 @@
-// The HTTP endpoint (CivetWeb): /metrics (Prometheus text format from the latest snapshot),
-// /healthz (200 once probes are attached, 503 before), /debug/snapshot (the snapshot as JSON,
-// with per-process calls and preemptors, for humans and tests). Handlers run on CivetWeb's
-// threads and only read the published snapshot (an atomic shared_ptr); they never wait for the
-// tracer.
+// The HTTP listener (libmicrohttpd with GnuTLS, docs/http.md says why not CivetWeb): serves
+// metrics/routes.h. A few epoll threads carry every connection, so idle or slow clients cannot
+// starve /metrics and /healthz the way a thread per connection is starved:
+// - a connection that has not sent a whole request within the header deadline (5 s; 30 s
+//   between the requests of a kept-alive connection) is closed;
+// - beyond --web.max-connections open connections, requests are answered 503 and closed;
+//   beyond twice that, connections are refused at accept;
+// - TLS and basic auth come from --web.config.file (metrics/web_config.h), re-read when it or
+//   a certificate changes, so certificates rotate without a restart; a config that no longer
+//   parses is logged and the last good one kept.
+// The listener's threads run without capabilities (common/privileges.h); the socket is bound
+// by the caller's thread first, so a privileged port still works.
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
 #include "common/result.h"
-#include "trace/snapshot.h"
 #include "metrics/exposition.h"
-
-class CivetServer;
+#include "metrics/routes.h"
 
 namespace stallwatch::metrics {
 
-class SnapshotBoard {
- public:
-  void publish(std::shared_ptr<const Snapshot> s) { std::atomic_store(&current_, std::move(s)); }
-  std::shared_ptr<const Snapshot> current() const { return std::atomic_load(&current_); }
-
- private:
-  std::shared_ptr<const Snapshot> current_ = std::make_shared<Snapshot>();
+struct HttpOptions {
+  std::string listen = "0.0.0.0:9464";
+  std::string web_config_file;  // "" = plain HTTP, no authentication
+  bool enable_debug = false;    // serve /debug/snapshot
+  unsigned max_connections = 64;
+  std::chrono::milliseconds header_timeout{5000};
+  std::chrono::milliseconds idle_timeout{30000};
 };
 
 class HttpServer {
  public:
-  // Binds now; the error says when the address is in use or invalid.
+  // Binds now and loads the web config; the error names the address in use, or the config
+  // file and what is wrong in it.
+  static Result<std::unique_ptr<HttpServer>> start(const HttpOptions& options,
+                                                   const SnapshotBoard& board, BuildInfo build);
+  // Plain HTTP on `listen`, no debug endpoint (demo, benchmarks).
   static Result<std::unique_ptr<HttpServer>> start(const std::string& listen,
                                                    const SnapshotBoard& board, BuildInfo build);
   ~HttpServer();
 
- private:
-  struct Handlers;
-  HttpServer() = default;
-  std::unique_ptr<Handlers> handlers_;
-  std::unique_ptr<CivetServer> server_;
-};
+  // The port bound (useful with port 0).
+  int port() const;
 
-std::string snapshot_json(const Snapshot& snap);
+  struct Impl;
+
+ private:
+  HttpServer() = default;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace stallwatch::metrics

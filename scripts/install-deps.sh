@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config make
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
-  prometheus-cpp-dev libcivetweb-dev libsqlite3-dev sqlite3
+  prometheus-cpp-dev libsqlite3-dev sqlite3
+  libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev openssl
   libboost-program-options-dev libgtest-dev libgmock-dev
   libcurl4-openssl-dev nlohmann-json3-dev
   prometheus prometheus-alertmanager curl

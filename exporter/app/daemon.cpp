@@ -125,7 +125,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
 
   metrics::SnapshotBoard board;
   metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
-  auto http = metrics::HttpServer::start(o.listen, board, build);
+  metrics::HttpOptions hopts;
+  hopts.listen = o.listen;
+  hopts.web_config_file = o.web_config_file;
+  hopts.enable_debug = o.web_enable_debug;
+  hopts.max_connections = o.web_max_connections;
+  auto http = metrics::HttpServer::start(hopts, board, build);
   if (!http) {
     SW_LOG(kError) << http.error().message;
     return 1;

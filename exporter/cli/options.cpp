@@ -33,6 +33,12 @@ po::options_description run_options_description() {
     ("help,h", "show this help")
     ("config", po::value<std::string>(), "read options from FILE (`name = value` lines; flags win)")
     ("listen", po::value<std::string>(), "ADDR:PORT for /metrics, /healthz (default 0.0.0.0:9464)")
+    ("web.config.file", po::value<std::string>(), "TLS and basic auth for --listen, in "
+     "exporter-toolkit's YAML (as node_exporter); re-read when it changes (docs/http.md)")
+    ("web.enable-debug", "serve /debug/snapshot: pids, comms and cgroups of every workload and "
+     "preemptor (off by default)")
+    ("web.max-connections", po::value<std::string>(), "open HTTP connections served; more get "
+     "503 (4 to 10000, default 64)")
     ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
      "\"none\" keeps no store)")
     ("max-db", po::value<std::string>(), "prune the oldest data past this size: 2GiB, 500MiB "
@@ -113,6 +119,22 @@ Result<std::chrono::nanoseconds> duration_flag(const LayeredFlags& flags, const 
   return *d;
 }
 
+// A whole number in [min, max]; `source` names the flag or variable in the error.
+Result<std::int64_t> bounded_count(const std::string& text, const std::string& source,
+                                   std::int64_t min, std::int64_t max) {
+  std::int64_t n = 0;
+  const char* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, n);
+  if (ec != std::errc() || p != end) {
+    return make_error(source + ": expected a whole number, not '" + text + "'");
+  }
+  if (n < min || n > max) {
+    return make_error(source + " " + text + " is out of range: use " + std::to_string(min) +
+                      " to " + std::to_string(max));
+  }
+  return n;
+}
+
 bool valid_listen(const std::string& s) {
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon + 1 >= s.size()) return false;
@@ -163,6 +185,15 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     return make_error((source.empty() ? "--listen" : source) + " " + o.listen +
                       ": expected ADDR:PORT, e.g. 127.0.0.1:9464");
   }
+  if (const std::string* web = text_flag(flags, "web.config.file", &source)) {
+    o.web_config_file = *web;
+  }
+  o.web_enable_debug = flags.find("web.enable-debug") != nullptr;
+  if (const std::string* max = text_flag(flags, "web.max-connections", &source)) {
+    auto n = bounded_count(*max, source, 4, 10000);
+    if (!n) return n.error();
+    o.web_max_connections = static_cast<unsigned>(*n);
+  }
   if (const std::string* db = text_flag(flags, "db", &source)) o.db = *db;
   if (const std::string* max_db = text_flag(flags, "max-db", &source)) {
     auto size = parse_size(*max_db);
@@ -176,16 +207,9 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   if (!retention) return retention.error();
   o.retention = *retention;
   if (const std::string* max_cgroups = text_flag(flags, "max-cgroups", &source)) {
-    std::int64_t n = 0;
-    const char* end = max_cgroups->data() + max_cgroups->size();
-    auto [p, ec] = std::from_chars(max_cgroups->data(), end, n);
-    if (ec != std::errc() || p != end) {
-      return make_error(source + ": expected a whole number, not '" + *max_cgroups + "'");
-    }
-    if (n < 1 || n > 100000) {
-      return make_error(source + " " + *max_cgroups + " is out of range: use 1 to 100000");
-    }
-    o.max_cgroups = static_cast<size_t>(n);
+    auto n = bounded_count(*max_cgroups, source, 1, 100000);
+    if (!n) return n.error();
+    o.max_cgroups = static_cast<size_t>(*n);
   }
   auto log = log_settings(flags);
   if (!log) return log.error();

@@ -153,8 +153,9 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   log_ = "/tmp/stallwatch-test-daemon-" + std::to_string(getpid()) + "-" + std::to_string(port_) +
          ".log";
   db_ = "/tmp/stallwatch-test-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".db";
+  // The tests read /debug/snapshot, which is off by default.
   std::vector<std::string> argv = {STALLWATCH_BIN, "run", "--listen",
-                                   "127.0.0.1:" + std::to_string(port_)};
+                                   "127.0.0.1:" + std::to_string(port_), "--web.enable-debug"};
   auto db = std::find(extra_args.begin(), extra_args.end(), "--db");
   if (db != extra_args.end() && db + 1 != extra_args.end()) {
     db_ = *(db + 1);  // the test's own database, which it removes itself

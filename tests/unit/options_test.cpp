@@ -344,6 +344,9 @@ const std::map<std::string, std::string>& samples() {
       {"log.level", "warn"},
       {"log.format", "json"},
       {"verbose", ""},  // a switch: `--verbose` / STALLWATCH_VERBOSE=true
+      {"web.config.file", "/etc/stallwatch/web.yml"},
+      {"web.enable-debug", ""},  // a switch
+      {"web.max-connections", "16"},
       {"otlp-endpoint", "http://127.0.0.1:4318"},
       {"otlp-logs-endpoint", "none"},
       {"otlp-header", "dd-api-key=k"},
@@ -370,7 +373,7 @@ TEST_F(ConfigFile, EveryFlagHasItsVariable) {
     const auto sample = samples().find(name);
     ASSERT_NE(sample, samples().end()) << "add a sample value for --" << name << " to samples()";
     const std::string value = name == "config" ? config : sample->second;
-    const bool is_switch = name == "verbose";
+    const bool is_switch = name == "verbose" || name == "web.enable-debug";
     const std::string var = env_var_name(kRunEnvPrefix, name);
     EXPECT_TRUE(var.starts_with("STALLWATCH_")) << var;
     EXPECT_EQ(var.find_first_of("-.abcdefghijklmnopqrstuvwxyz"), std::string::npos) << var;
@@ -384,6 +387,18 @@ TEST_F(ConfigFile, EveryFlagHasItsVariable) {
     from_env->from_env.clear();
     EXPECT_TRUE(*from_env == *flag) << var << " does not set what --" << name << " sets";
   }
+}
+
+TEST(ParseRunOptionsTest, WebFlags) {
+  const auto o = parse({"--web.enable-debug", "--web.max-connections", "100"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_TRUE(o->web_enable_debug);
+  EXPECT_EQ(o->web_max_connections, 100u);
+  EXPECT_FALSE(parse({})->web_enable_debug);
+  EXPECT_EQ(error_of({"--web.max-connections", "3"}),
+            "--web.max-connections 3 is out of range: use 4 to 10000");
+  EXPECT_EQ(error_of({"--web.max-connections", "-1"}),
+            "--web.max-connections -1 is out of range: use 4 to 10000");
 }
 
 TEST(ParseRunOptionsTest, RepeatedFlagIsStillAnError) {
