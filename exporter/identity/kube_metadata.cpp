@@ -11,6 +11,7 @@
 
 #include "common/duration.h"
 #include "common/log.h"
+#include "common/privileges.h"
 #include "common/strings.h"
 
 namespace stallwatch::identity {
@@ -260,6 +261,10 @@ bool KubeMetadata::wait_for_lists(std::uint64_t n, std::chrono::milliseconds tim
 
 void KubeMetadata::refresher() {
   using clock = std::chrono::steady_clock;
+  // The API client talks to the network: it holds no capabilities (common/privileges.h).
+  if (auto dropped = drop_thread_capabilities("sw-kube"); !dropped) {
+    SW_LOG(kWarn) << dropped.error().message;
+  }
   while (true) {
     list_once();
     std::unique_lock lock(mu_);

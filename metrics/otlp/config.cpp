@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 
 #include <unistd.h>
 
@@ -134,6 +135,11 @@ const std::vector<PushFlagInfo>& push_flag_infos() {
       {"otlp-max-retry-time", "give a request up after retrying this long (default 2m)"},
       {"otlp-max-queue", "requests waiting to be sent, uncompressed, at most: oldest dropped "
                          "past it (default 32MiB)"},
+      {"otlp-certificate", "PEM file of the CA that verifies an https receiver (default: the "
+                           "system's; $OTEL_EXPORTER_OTLP_CERTIFICATE)"},
+      {"otlp-client-certificate", "PEM file of our certificate for mutual TLS "
+                                  "($OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE)"},
+      {"otlp-client-key", "PEM file of its private key ($OTEL_EXPORTER_OTLP_CLIENT_KEY)"},
   };
   return kFlags;
 }
@@ -164,6 +170,12 @@ Result<Ok> set_push_flag(PushFlags& flags, const std::string& name, const std::s
     return duration(flags.timeout);
   } else if (name == "otlp-max-retry-time") {
     return duration(flags.max_retry_time);
+  } else if (name == "otlp-certificate") {
+    flags.certificate = value;
+  } else if (name == "otlp-client-certificate") {
+    flags.client_certificate = value;
+  } else if (name == "otlp-client-key") {
+    flags.client_key = value;
   } else if (name == "otlp-max-queue") {
     auto size = parse_size(value);
     if (!size) return make_error("--otlp-max-queue: " + size.error().message);
@@ -397,6 +409,55 @@ Result<PushConfig> resolve_push_config(const PushFlags& given, const PushFlags& 
     c.delivery.max_queue_bytes = *flags.max_queue;
   }
   c.delivery.user_agent = "stallwatch/" + version;
+
+  // TLS files, per signal: the flag, else OTEL_EXPORTER_OTLP_<SIGNAL>_<X>, else
+  // OTEL_EXPORTER_OTLP_<X>, else the config file's flag.
+  for (auto [signal, into] : {std::pair{"METRICS", &c.delivery.tls},
+                              std::pair{"LOGS", &c.delivery.logs_tls}}) {
+    struct Field {
+      const std::string* flag;
+      const std::string* file_flag;
+      const char* name;
+      const char* flag_name;
+      std::string* out;
+    } fields[] = {
+        {&flags.certificate, &file.certificate, "CERTIFICATE", "--otlp-certificate",
+         &into->certificate},
+        {&flags.client_certificate, &file.client_certificate, "CLIENT_CERTIFICATE",
+         "--otlp-client-certificate", &into->client_certificate},
+        {&flags.client_key, &file.client_key, "CLIENT_KEY", "--otlp-client-key",
+         &into->client_key},
+    };
+    for (const Field& f : fields) {
+      const std::string per_signal = std::string("OTEL_EXPORTER_OTLP_") + signal + "_" + f.name;
+      const std::string common_var = std::string("OTEL_EXPORTER_OTLP_") + f.name;
+      std::string source = f.flag_name;
+      std::string value = *f.flag;
+      if (value.empty() && !env(getenv, per_signal.c_str()).empty()) {
+        value = env(getenv, per_signal.c_str());
+        source = per_signal;
+      } else if (value.empty() && !env(getenv, common_var.c_str()).empty()) {
+        value = env(getenv, common_var.c_str());
+        source = common_var;
+      } else if (value.empty()) {
+        value = *f.file_flag;
+      }
+      if (value.empty()) continue;
+      // Read once now, so a wrong path is one line at start and not a failing push later.
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(value, ec) || access(value.c_str(), R_OK) != 0) {
+        return make_error(source + " " + value +
+                          ": not a readable file (a PEM certificate or key)");
+      }
+      *f.out = value;
+    }
+    if (into->client_certificate.empty() != into->client_key.empty()) {
+      return make_error(std::string("OTLP mutual TLS for ") + (signal[0] == 'M' ? "metrics" : "logs") +
+                        " needs both a client certificate and its key (--otlp-client-certificate "
+                        "and --otlp-client-key, or OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and "
+                        "OTEL_EXPORTER_OTLP_CLIENT_KEY)");
+    }
+  }
 
   // Resource: host.name, service.name, service.version, then OTEL_RESOURCE_ATTRIBUTES (they
   // may override host.name), then OTEL_SERVICE_NAME over any service.name.

@@ -30,6 +30,9 @@ struct PushFlags {
   std::optional<std::chrono::nanoseconds> timeout;         // --otlp-timeout
   std::optional<std::chrono::nanoseconds> max_retry_time;  // --otlp-max-retry-time
   std::optional<std::uint64_t> max_queue;                  // --otlp-max-queue
+  std::string certificate;         // --otlp-certificate PEM (CA that verifies the receiver)
+  std::string client_certificate;  // --otlp-client-certificate PEM (mutual TLS)
+  std::string client_key;          // --otlp-client-key PEM
   bool operator==(const PushFlags&) const = default;
 };
 

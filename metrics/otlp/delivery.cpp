@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "common/privileges.h"
 #include "metrics/otlp/config.h"
 #include "metrics/otlp/http_client.h"
 
@@ -69,7 +70,13 @@ struct Delivery::State {
 };
 
 void Delivery::State::run() {
-  HttpClient http(options, &stopping);
+  // A thread that talks to the network holds no capabilities (common/privileges.h).
+  if (auto dropped = drop_thread_capabilities("sw-otlp-send"); !dropped) {
+    SW_LOG(kWarn) << dropped.error().message;
+  }
+  // One handle per signal: each keeps its connection alive and has its own TLS files.
+  std::array<HttpClient, 2> http = {HttpClient(options, &stopping, options.tls),
+                                    HttpClient(options, &stopping, options.logs_tls)};
   const std::array<SlistPtr, 2> headers = {header_list(options.headers, options.gzip),
                                            header_list(options.logs_headers, options.gzip)};
   std::unique_lock lock(mu);
@@ -82,7 +89,8 @@ void Delivery::State::run() {
     in_flight = q.seq;
     lock.unlock();
     const bool finished =
-        send(http, headers[static_cast<size_t>(q.payload.signal)].get(), q.payload);
+        send(http[static_cast<size_t>(q.payload.signal)],
+             headers[static_cast<size_t>(q.payload.signal)].get(), q.payload);
     lock.lock();
     if (!finished) {
       ++abandoned_requests;

@@ -38,11 +38,21 @@ struct Payload {
   std::uint64_t points = 0;  // data points (metrics) or log records (logs) in it
 };
 
+// TLS files of one signal's requests (PEM paths; "" = libcurl's defaults): the OpenTelemetry
+// exporter spec's OTEL_EXPORTER_OTLP_{,METRICS_,LOGS_}{CERTIFICATE,CLIENT_KEY,CLIENT_CERTIFICATE}.
+struct TlsFiles {
+  std::string certificate;         // CA bundle that verifies the receiver (else the system's)
+  std::string client_certificate;  // mutual TLS: ours, with client_key
+  std::string client_key;
+  bool operator==(const TlsFiles&) const = default;
+};
+
 struct DeliveryOptions {
   std::string metrics_url;  // full URL, e.g. http://127.0.0.1:4318/v1/metrics; "" = not sent
   std::string logs_url;     // full URL of /v1/logs; "" = logs are not sent
   Headers headers;          // sent with every metrics request (secrets: never logged)
   Headers logs_headers;     // sent with every logs request
+  TlsFiles tls, logs_tls;   // of the metrics and the logs requests
   bool gzip = true;         // Content-Encoding: gzip
   std::chrono::milliseconds timeout{10000};          // per request, connect included
   std::chrono::milliseconds initial_backoff{1000};   // first retry after ~this

@@ -70,10 +70,16 @@ SlistPtr header_list(const Headers& extra, bool gzip) {
   return SlistPtr(list);
 }
 
-HttpClient::HttpClient(const DeliveryOptions& o, const std::atomic<bool>* stopping)
+HttpClient::HttpClient(const DeliveryOptions& o, const std::atomic<bool>* stopping,
+                       const TlsFiles& tls)
     : curl_(curl_easy_init()) {
   CURL* c = curl_.get();
   if (!c) return;
+  if (!tls.certificate.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, tls.certificate.c_str());
+  if (!tls.client_certificate.empty()) {
+    curl_easy_setopt(c, CURLOPT_SSLCERT, tls.client_certificate.c_str());
+    curl_easy_setopt(c, CURLOPT_SSLKEY, tls.client_key.c_str());
+  }
   const long timeout = std::max<long>(1, static_cast<long>(o.timeout.count()));
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout);

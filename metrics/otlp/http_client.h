@@ -41,7 +41,7 @@ class HttpClient {
   static void global_init();
 
   // A request in flight ends (CURLE_ABORTED_BY_CALLBACK) soon after *stopping turns true.
-  HttpClient(const DeliveryOptions& o, const std::atomic<bool>* stopping);
+  HttpClient(const DeliveryOptions& o, const std::atomic<bool>* stopping, const TlsFiles& tls = {});
 
   Response post(const std::string& url, const curl_slist* headers, const std::string& body);
 

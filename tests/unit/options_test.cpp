@@ -357,6 +357,9 @@ const std::map<std::string, std::string>& samples() {
       {"otlp-timeout", "5s"},
       {"otlp-max-retry-time", "1m"},
       {"otlp-max-queue", "1MiB"},
+      {"otlp-certificate", "/etc/ssl/certs/ca-certificates.crt"},
+      {"otlp-client-certificate", "/etc/stallwatch/otlp.crt"},
+      {"otlp-client-key", "/etc/stallwatch/otlp.key"},
       {"config", ""},  // the ConfigFile fixture's file
   };
   return kSamples;

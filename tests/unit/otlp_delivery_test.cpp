@@ -5,6 +5,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -19,6 +22,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/privileges.h"
 #include "metrics/otlp/delivery.h"
 #include "scripted_server.h"
 
@@ -141,6 +145,23 @@ TEST(OtlpDelivery, SendsGzippedBodyWithHeadersOnOneConnection) {
   EXPECT_TRUE(s.points_dropped.empty());
   EXPECT_EQ(s.queue_requests, 0u);
   EXPECT_EQ(s.queue_bytes, 0u);
+}
+
+// The sender talks to the network: its thread holds no capabilities (issue #15).
+TEST(OtlpDelivery, SenderThreadHoldsNoCapabilities) {
+  ScriptedServer server;
+  Delivery d(fast_options(server.url()));
+  d.enqueue(metrics("x", 1));
+  ASSERT_TRUE(d.flush(3s));
+  int senders = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::string comm;
+    std::ifstream(e.path() / "comm") >> comm;
+    if (comm != "sw-otlp-send") continue;
+    ++senders;
+    EXPECT_EQ(thread_effective_capabilities(std::stoi(e.path().filename())), 0u);
+  }
+  EXPECT_EQ(senders, 1);
 }
 
 TEST(OtlpDelivery, SendsRawBodyWithoutGzip) {

@@ -4,6 +4,8 @@
 // The e2e tier decodes the same payloads with the OpenTelemetry JS SDK's schema.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <map>
 #include <set>
 
@@ -535,6 +537,42 @@ TEST(OtlpConfigTest, BadInputNamesTheSourceAndNeverTheSecret) {
   EXPECT_TRUE(set_push_flag(f, "otlp-header", "a=b"));
   EXPECT_TRUE(set_push_flag(f, "otlp-header", "c=d"));
   EXPECT_EQ(f.headers.size(), 2u);
+}
+
+// TLS files (issue #15): flag > OTEL_EXPORTER_OTLP_<SIGNAL>_<X> > OTEL_EXPORTER_OTLP_<X>, each
+// checked readable at start; a client certificate needs its key.
+TEST(OtlpConfigTest, TlsFilesPerSignal) {
+  const std::string dir = ::testing::TempDir();
+  const std::string ca = dir + "/otlp-ca.pem", logs_ca = dir + "/otlp-logs-ca.pem",
+                    crt = dir + "/otlp-client.pem", key = dir + "/otlp-client.key";
+  for (const auto& f : {ca, logs_ca, crt, key}) std::ofstream(f) << "-----BEGIN X-----\n";
+  auto c = resolve({}, {{"OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:4318"},
+                        {"OTEL_EXPORTER_OTLP_CERTIFICATE", ca},
+                        {"OTEL_EXPORTER_OTLP_LOGS_CERTIFICATE", logs_ca},
+                        {"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", crt},
+                        {"OTEL_EXPORTER_OTLP_CLIENT_KEY", key}});
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->delivery.tls, (TlsFiles{ca, crt, key}));
+  EXPECT_EQ(c->delivery.logs_tls, (TlsFiles{logs_ca, crt, key}));
+
+  PushFlags flags;
+  ASSERT_TRUE(set_push_flag(flags, "otlp-certificate", logs_ca));
+  c = resolve(flags, {{"OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:4318"},
+                      {"OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE", ca}});
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->delivery.tls.certificate, logs_ca) << "the flag wins over the variables";
+
+  c = resolve({}, {{"OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:4318"},
+                   {"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", crt}});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("needs both a client certificate and its key"),
+            std::string::npos) << c.error().message;
+
+  c = resolve({}, {{"OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel:4318"},
+                   {"OTEL_EXPORTER_OTLP_CERTIFICATE", dir + "/missing.pem"}});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().message, "OTEL_EXPORTER_OTLP_CERTIFICATE " + dir +
+                                   "/missing.pem: not a readable file (a PEM certificate or key)");
 }
 
 }  // namespace

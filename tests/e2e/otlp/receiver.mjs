@@ -11,6 +11,7 @@
 import { decodeLogs, decodeMetrics, proto } from './proto.mjs'; // first: it checks node_modules
 import { createHash } from 'node:crypto';
 import http from 'node:http';
+import https from 'node:https';
 import { gunzipSync } from 'node:zlib';
 import { startDemo, stopDemo, waitFor } from './demo.mjs';
 
@@ -29,8 +30,11 @@ const LogsResponse = proto.collector.logs.v1.ExportLogsServiceResponse;
 // `path` (e.g. '/v1/metrics') restricts a step to that exact path; steps are used in order,
 // each once; when none matches, `defaultStep` answers. Add steps with planStep().
 export class OtlpReceiver {
-  constructor({ port = 0 } = {}) {
+  // tls: { key, cert, ca, requestCert } (PEM buffers) serves https; with requestCert the
+  // handshake fails unless the client presents a certificate signed by `ca`.
+  constructor({ port = 0, tls = null } = {}) {
     this.port = port;
+    this.tls = tls;
     this.requests = [];
     this.plan = [];
     this.defaultStep = { status: 200 };
@@ -40,7 +44,7 @@ export class OtlpReceiver {
   }
 
   get url() {
-    return `http://127.0.0.1:${this.port}`;
+    return `${this.tls ? 'https' : 'http'}://127.0.0.1:${this.port}`;
   }
   get isUp() {
     return this.server !== null;
@@ -53,7 +57,15 @@ export class OtlpReceiver {
   // Listens (again) on this.port; after down() the same port is reused.
   async up() {
     if (this.server) return this;
-    const server = http.createServer((req, res) => this.#onRequest(req, res));
+    const onRequest = (req, res) => this.#onRequest(req, res);
+    const server = this.tls
+      ? https.createServer(
+          { ...this.tls, rejectUnauthorized: Boolean(this.tls.requestCert) },
+          onRequest,
+        )
+      : http.createServer(onRequest);
+    this.tlsErrors = 0;
+    server.on('tlsClientError', () => this.tlsErrors++);
     server.keepAliveTimeout = 65000; // longer than any push interval: no close races with reuse
     server.on('connection', (s) => {
       this.sockets.add(s);
@@ -127,6 +139,8 @@ export class OtlpReceiver {
         // By the path's end, so endpoints used as they are (.../custom/v1/metrics) decode too.
         signal: /\/metrics$/.test(req.url) ? 'metrics' : /\/logs$/.test(req.url) ? 'logs' : null,
         method: req.method,
+        // The client certificate's subject CN over mutual TLS, else null.
+        clientCn: req.socket.getPeerCertificate ? req.socket.getPeerCertificate()?.subject?.CN ?? null : null,
         headers: { ...req.headers },
         rawLength: raw.length,
         bodyLength: 0,
