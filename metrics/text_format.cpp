@@ -4,13 +4,18 @@
 #include <cmath>
 #include <unordered_map>
 
+#include "common/strings.h"
 #include "trace/histogram.h"
 
 namespace stallwatch::metrics {
 namespace {
 
-// Label values: backslash, double quote and line feed escaped, as the format requires.
-void append_escaped(std::string& out, std::string_view v) {
+// Label values: backslash, double quote and line feed escaped, as the format requires, and
+// invalid UTF-8 replaced (Prometheus rejects the whole scrape for one bad label value).
+void append_escaped(std::string& out, std::string_view raw) {
+  std::string fixed;
+  std::string_view v = raw;
+  if (!is_valid_utf8(raw)) v = fixed = to_valid_utf8(raw);
   for (char c : v) {
     switch (c) {
       case '\\':

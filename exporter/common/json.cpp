@@ -1,41 +1,12 @@
 #include "common/json.h"
 
+#include "common/strings.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 
 namespace stallwatch {
-namespace {
-
-// Length of the valid UTF-8 sequence at s[i], or 0 when the byte there does not start one.
-size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = byte(i);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;  // overlong
-    if (c == 0xED) hi = 0x9F;  // UTF-16 surrogates
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;  // overlong
-    if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  if (byte(i + 1) < lo || byte(i + 1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return len;
-}
-
-}  // namespace
-
 std::string json_string(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
@@ -43,7 +14,7 @@ std::string json_string(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c >= 0x80) {
-      const size_t len = utf8_sequence_length(s, i);
+      const size_t len = utf8_sequence(s.substr(i));
       if (len == 0) {
         out += "\\ufffd";
         ++i;

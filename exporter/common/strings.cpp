@@ -31,12 +31,9 @@ std::string_view trim(std::string_view s, std::string_view chars) {
   return trim_left(trim_right(s, chars), chars);
 }
 
-namespace {
-
-// Length of the valid UTF-8 sequence at the start of `s` (RFC 3629: no overlongs, no
-// surrogates, at most U+10FFFF), 0 when it is not one.
 size_t utf8_sequence(std::string_view s) {
   const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  if (s.empty()) return 0;
   const unsigned char c = b(0);
   size_t n = 0;
   unsigned char lo = 0x80, hi = 0xbf;
@@ -60,7 +57,36 @@ size_t utf8_sequence(std::string_view s) {
   return n;
 }
 
-}  // namespace
+bool is_valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    const size_t n = utf8_sequence(s.substr(i));
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string to_valid_utf8(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out += s[i++];
+    } else if (const size_t n = utf8_sequence(s.substr(i)); n > 0) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
+}
 
 std::string escape_name(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -19,6 +19,15 @@ std::string_view trim_left(std::string_view s, std::string_view chars = kAsciiWh
 std::string_view trim_right(std::string_view s, std::string_view chars = kAsciiWhitespace);
 std::string_view trim(std::string_view s, std::string_view chars = kAsciiWhitespace);
 
+// Length of the valid UTF-8 sequence at the start of `s` (RFC 3629: no overlongs, no
+// surrogates, at most U+10FFFF), 0 when it does not start with one (ASCII included).
+size_t utf8_sequence(std::string_view s);
+bool is_valid_utf8(std::string_view s);
+// `s` with each byte of an invalid UTF-8 sequence replaced by U+FFFD. Prometheus rejects a
+// whole scrape with one invalid label value, and protobuf strings must be UTF-8: every label
+// value and OTLP string from the host (cgroup directory names, comms) goes through this.
+std::string to_valid_utf8(std::string_view s);
+
 // A name from the host (a process's comm, a thread's name, a unit) made safe to show: one line
 // of printable, valid UTF-8. Control characters become \n, \t or \xNN, a backslash \\, and
 // each byte of an invalid UTF-8 sequence \xNN; everything else is kept. Any local user can

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/strings.h"
+
 namespace stallwatch::otlp {
 
 class ProtoWriter {
@@ -57,7 +59,14 @@ class ProtoWriter {
     varint(v.size());
     buf_.append(v);
   }
-  void string_field(std::uint32_t field, std::string_view v) { bytes_field(field, v); }
+  // Protobuf strings must be UTF-8: bytes from the host that are not become U+FFFD.
+  void string_field(std::uint32_t field, std::string_view v) {
+    if (is_valid_utf8(v)) {
+      bytes_field(field, v);
+    } else {
+      bytes_field(field, to_valid_utf8(v));
+    }
+  }
   // An embedded message already encoded by another writer.
   void message_field(std::uint32_t field, const ProtoWriter& m) { bytes_field(field, m.buf_); }
 

@@ -1,0 +1,140 @@
+// The daemon as an attacker or a careless operator meets it (issue #15), against the real
+// binary: a cgroup named with invalid UTF-8, a quote, a backslash and a `;` keeps every scrape
+// valid (Prometheus rejects a whole scrape for one bad label value); 40 half-sent requests do
+// not take /healthz or /metrics down; the threads that talk to the network hold no
+// capabilities while the tracer keeps its own.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/strings.h"
+#include "support/harness.h"
+
+namespace stallwatch::test {
+namespace {
+
+using namespace std::chrono_literals;
+const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
+
+std::uint64_t cap_eff(pid_t pid, const std::string& tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + tid + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("CapEff:", 0) == 0) return std::stoull(line.substr(7), nullptr, 16);
+  }
+  return ~0ull;
+}
+
+TEST(Attack, HostileCgroupNameKeepsTheScrapeValid) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  // The kernel refuses '\n' in cgroup names; everything else goes.
+  const std::string name = "sw-evil-" + std::to_string(getpid()) + ";\xff\xfe\"q\\x";
+  TestCgroup cg(name);
+  ASSERT_TRUE(std::filesystem::is_directory(cg.dir())) << "the kernel refused the name";
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls",
+            "cudaMemset:4"};
+  s.cgroup_dir = cg.dir();
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  const std::string text = daemon.metrics();
+  EXPECT_TRUE(is_valid_utf8(text)) << "the exposition carries invalid UTF-8";
+  // Two replacement characters for the two bad bytes; the quote and backslash escaped.
+  const std::string label = "cgroup=\"/sw-evil-" + std::to_string(getpid()) +
+                            ";\xEF\xBF\xBD\xEF\xBF\xBD\\\"q\\\\x\"";
+  EXPECT_NE(text.find(label), std::string::npos) << "no series with " << label;
+  const auto samples = parse_exposition(text);
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", to_valid_utf8(cg.label())}, {"call", "cudaMemset"}}),
+            4);
+  if (system("command -v promtool >/dev/null") == 0) {
+    const std::string path = "/tmp/stallwatch-attack-" + std::to_string(getpid()) + ".prom";
+    std::ofstream(path) << text;
+    const std::string lint = capture("promtool check metrics < " + path + " 2>&1; echo rc=$?");
+    std::remove(path.c_str());
+    EXPECT_NE(lint.find("rc=0"), std::string::npos) << lint;
+  }
+}
+
+TEST(Attack, IdleSocketsDoNotTakeTheEndpointDown) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  const auto colon = daemon.url("").rfind(':');
+  const int port = std::stoi(daemon.url("").substr(colon + 1));
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const char half[] = "GET /metrics HTTP/1.1\r\n";
+    ASSERT_EQ(::send(fd, half, sizeof half - 1, 0), static_cast<ssize_t>(sizeof half - 1));
+    idle.push_back(fd);
+  }
+  for (const char* path : {"/healthz", "/metrics", "/healthz"}) {
+    const auto start = std::chrono::steady_clock::now();
+    long status = 0;
+    ASSERT_TRUE(http_get(daemon.url(path), &status)) << path;
+    EXPECT_EQ(status, 200) << path;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s) << path << " waited behind idle sockets";
+  }
+  // The header deadline (5 s) closes them all.
+  int closed = 0;
+  const auto until = std::chrono::steady_clock::now() + 8s;
+  for (int fd : idle) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    char c;
+    if (::poll(&p, 1, static_cast<int>(std::max<long>(1, left.count()))) > 0 &&
+        ::recv(fd, &c, 1, MSG_DONTWAIT) <= 0) {
+      ++closed;
+    }
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 40);
+}
+
+TEST(Attack, NetworkThreadsHoldNoCapabilities) {
+  Daemon daemon({"--otlp-endpoint", "http://127.0.0.1:9/", "--kube-api", "http://127.0.0.1:9"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  std::map<std::string, int> network;
+  int privileged = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) +
+                                                           "/task")) {
+    std::string comm;
+    std::ifstream(e.path() / "comm") >> comm;
+    const std::uint64_t caps = cap_eff(daemon.pid(), e.path().filename());
+    if (comm == "sw-http" || comm.starts_with("MHD") || comm == "sw-otlp-send" ||
+        comm == "sw-kube") {
+      ++network[comm.starts_with("MHD") ? "MHD" : comm];
+      EXPECT_EQ(caps, 0u) << comm << " holds capabilities";
+    } else if (caps != 0) {
+      ++privileged;
+    }
+  }
+  EXPECT_EQ(network["sw-http"], 1);
+  EXPECT_EQ(network["MHD"], 2);
+  EXPECT_EQ(network["sw-otlp-send"], 1);
+  EXPECT_EQ(network["sw-kube"], 1);
+  EXPECT_GE(privileged, 1) << "the tracer's threads keep theirs";
+}
+
+}  // namespace
+}  // namespace stallwatch::test
+
+int main(int argc, char** argv) { return stallwatch::test::run_privileged_tests(argc, argv); }
