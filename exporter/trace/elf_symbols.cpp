@@ -1,11 +1,12 @@
 // Reads function symbols and their uprobe file offsets out of one 64-bit little-endian ELF.
-// Every structure is copied out of the mapping with bounds checks (memcpy, so misaligned or
-// hostile offsets are harmless); nothing is trusted from the file without checking it first.
+// Every structure is read with pread(2) after a bounds check against the size the file had
+// when it was opened (misaligned or hostile offsets are harmless); a file truncated or replaced
+// in place during the parse gives short reads and an error, never SIGBUS as a mapping would.
+// Symbol and string tables are read whole (bounded by kMaxTableBytes), headers one by one.
 #include "trace/elf_symbols.h"
 
 #include <elf.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -23,29 +25,29 @@ namespace {
 static_assert(std::endian::native == std::endian::little,
               "fields are read in host byte order; only little-endian ELF is accepted");
 
-// The whole file, mapped read-only and private. A file truncated in place while mapped would
-// raise SIGBUS; libraries are replaced by rename, so the mapping stays valid in practice.
-class MappedFile {
+// Where the bytes come from: a file (pread) or memory (tests, fuzzing). Reads outside `size`
+// or short reads fail.
+class Source {
  public:
-  MappedFile(const unsigned char* data, std::uint64_t size) : data_(data), size_(size) {}
-  MappedFile(MappedFile&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  MappedFile& operator=(MappedFile&&) = delete;
-  ~MappedFile() {
-    if (data_ != nullptr) munmap(const_cast<unsigned char*>(data_), size_);
-  }
-
-  const unsigned char* data() const { return data_; }
-  std::uint64_t size() const { return size_; }
-
- private:
-  const unsigned char* data_;
-  std::uint64_t size_;
+  virtual ~Source() = default;
+  virtual std::uint64_t size() const = 0;
+  virtual bool read(std::uint64_t offset, std::uint64_t length, void* out) const = 0;
 };
 
-// Closes the descriptor on every path out of map_file.
+class MemorySource : public Source {
+ public:
+  explicit MemorySource(std::string_view data) : data_(data) {}
+  std::uint64_t size() const override { return data_.size(); }
+  bool read(std::uint64_t offset, std::uint64_t length, void* out) const override {
+    if (offset > data_.size() || length > data_.size() - offset) return false;
+    std::memcpy(out, data_.data() + offset, length);
+    return true;
+  }
+
+ private:
+  std::string_view data_;
+};
+
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
@@ -60,15 +62,40 @@ class Fd {
   int fd_;
 };
 
-Result<MappedFile> map_file(const std::string& path) {
+class FileSource : public Source {
+ public:
+  FileSource(int fd, std::uint64_t size) : fd_(fd), size_(size) {}
+  std::uint64_t size() const override { return size_; }
+  bool read(std::uint64_t offset, std::uint64_t length, void* out) const override {
+    if (offset > size_ || length > size_ - offset) return false;
+    auto* p = static_cast<char*>(out);
+    while (length > 0) {
+      const ssize_t n = pread(fd_.get(), p, length, static_cast<off_t>(offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;  // truncated under us, or an I/O error
+      p += n;
+      offset += static_cast<std::uint64_t>(n);
+      length -= static_cast<std::uint64_t>(n);
+    }
+    return true;
+  }
+  static Result<std::unique_ptr<FileSource>> open(const std::string& path);
+
+ private:
+  Fd fd_;
+  std::uint64_t size_;
+};
+
+Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
   // O_NONBLOCK: a FIFO handed in by mistake must not hang the caller (no effect on files).
-  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) {
+  const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (raw < 0) {
     int err = errno;
     return make_error(path + ": cannot open: " + std::strerror(err), err);
   }
+  auto source = std::make_unique<FileSource>(raw, 0);
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) {
+  if (fstat(raw, &st) != 0) {
     int err = errno;
     return make_error(path + ": cannot stat: " + std::strerror(err), err);
   }
@@ -77,20 +104,18 @@ Result<MappedFile> map_file(const std::string& path) {
     return make_error(path + ": not an ELF file (only " + std::to_string(st.st_size) + " bytes)",
                       ENOEXEC);
   }
-  auto size = static_cast<std::uint64_t>(st.st_size);
-  void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  if (p == MAP_FAILED) {
-    int err = errno;
-    return make_error(path + ": cannot mmap: " + std::strerror(err), err);
-  }
-  return MappedFile(static_cast<const unsigned char*>(p), size);
+  source->size_ = static_cast<std::uint64_t>(st.st_size);
+  return source;
 }
 
-// Bounds-checked reads from the mapping. Messages returned by the helpers below leave the path
-// out; read_function_symbols prefixes it.
+// One symbol table or string table is read whole; libnccl's .symtab is a few MB.
+constexpr std::uint64_t kMaxTableBytes = 256ull << 20;
+
+// Bounds-checked reads. Messages returned by the helpers below leave the path out;
+// read_function_symbols prefixes it.
 class Bytes {
  public:
-  Bytes(const unsigned char* data, std::uint64_t size) : data_(data), size_(size) {}
+  explicit Bytes(const Source& source) : source_(source), size_(source.size()) {}
 
   bool contains(std::uint64_t offset, std::uint64_t length) const {
     return offset <= size_ && length <= size_ - offset;
@@ -102,16 +127,21 @@ class Bytes {
   }
   template <typename T>
   std::optional<T> read(std::uint64_t offset) const {
-    if (!contains(offset, sizeof(T))) return std::nullopt;
     T value;
-    std::memcpy(&value, data_ + offset, sizeof(T));
+    if (!source_.read(offset, sizeof(T), &value)) return std::nullopt;
     return value;
   }
-  const unsigned char* at(std::uint64_t offset) const { return data_ + offset; }
+  // `length` bytes at `offset` (at most kMaxTableBytes); nullopt when they cannot be read.
+  std::optional<std::string> read_block(std::uint64_t offset, std::uint64_t length) const {
+    if (length > kMaxTableBytes || !contains(offset, length)) return std::nullopt;
+    std::string out(length, '\0');
+    if (!source_.read(offset, length, out.data())) return std::nullopt;
+    return out;
+  }
   std::uint64_t size() const { return size_; }
 
  private:
-  const unsigned char* data_;
+  const Source& source_;
   std::uint64_t size_;
 };
 
@@ -137,7 +167,9 @@ Result<Sections> read_sections(const Bytes& file, const Elf64_Ehdr& eh) {
   Sections s;
   s.reserve(count);
   for (std::uint64_t i = 0; i < count; ++i) {
-    s.push_back(*file.read<Elf64_Shdr>(eh.e_shoff + i * eh.e_shentsize));
+    auto sh = file.read<Elf64_Shdr>(eh.e_shoff + i * eh.e_shentsize);
+    if (!sh) return format_error("truncated while reading section headers");
+    s.push_back(*sh);
   }
   return s;
 }
@@ -162,7 +194,9 @@ Result<std::vector<LoadSegment>> read_load_segments(const Bytes& file, const Elf
   }
   std::vector<LoadSegment> segments;
   for (std::uint64_t i = 0; i < count; ++i) {
-    auto ph = *file.read<Elf64_Phdr>(eh.e_phoff + i * eh.e_phentsize);
+    auto read = file.read<Elf64_Phdr>(eh.e_phoff + i * eh.e_phentsize);
+    if (!read) return format_error("truncated while reading program headers");
+    const Elf64_Phdr& ph = *read;
     if (ph.p_type != PT_LOAD || ph.p_filesz == 0) continue;
     if (!file.contains(ph.p_offset, ph.p_filesz)) {
       return format_error("truncated: PT_LOAD segment " + std::to_string(i) +
@@ -240,15 +274,25 @@ Result<SymbolTable> describe_table(const Bytes& file, const Sections& sections, 
 Result<Ok> collect(const Bytes& file, const SymbolTable& t,
                    const std::vector<LoadSegment>& segments,
                    std::map<std::string, Candidate, std::less<>>& out) {
+  auto table = file.read_block(t.offset, t.count * t.entsize);
+  auto strings = file.read_block(t.strtab_offset, t.strtab_size);
+  if (!table || !strings) {
+    return format_error(std::string(t.dynamic ? ".dynsym" : ".symtab") +
+                        " or its string table cannot be read (truncated, or over 256 MiB)");
+  }
+  std::optional<std::string> versyms;
+  if (t.versym_offset) versyms = file.read_block(*t.versym_offset, t.count * sizeof(Elf64_Versym));
+  const MemorySource table_bytes(*table), versym_bytes(versyms ? *versyms : std::string_view());
   for (std::uint64_t i = 1; i < t.count; ++i) {  // entry 0 is the reserved null symbol
-    auto sym = *file.read<Elf64_Sym>(t.offset + i * t.entsize);
+    Elf64_Sym sym;
+    if (!table_bytes.read(i * t.entsize, sizeof sym, &sym)) break;
     unsigned type = ELF64_ST_TYPE(sym.st_info);
     if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
     if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0 || sym.st_name == 0) continue;
     if (sym.st_name >= t.strtab_size) {
       return format_error("symbol " + std::to_string(i) + " has a name outside its string table");
     }
-    const auto* begin = reinterpret_cast<const char*>(file.at(t.strtab_offset + sym.st_name));
+    const char* begin = strings->data() + sym.st_name;
     const void* nul = std::memchr(begin, '\0', t.strtab_size - sym.st_name);
     if (nul == nullptr) {
       return format_error("symbol " + std::to_string(i) + " has an unterminated name");
@@ -262,11 +306,10 @@ Result<Ok> collect(const Bytes& file, const SymbolTable& t,
       default_version = name.substr(at).starts_with("@@");
       name = name.substr(0, at);
     }
-    if (t.versym_offset) {
-      auto versym = file.read<Elf64_Versym>(*t.versym_offset + i * sizeof(Elf64_Versym));
-      if (versym && ((*versym & kVersymHidden) != 0 || *versym == VER_NDX_LOCAL)) {
-        default_version = false;
-      }
+    Elf64_Versym versym;
+    if (versyms && versym_bytes.read(i * sizeof versym, sizeof versym, &versym) &&
+        ((versym & kVersymHidden) != 0 || versym == VER_NDX_LOCAL)) {
+      default_version = false;
     }
     if (name.empty()) continue;
     auto offset = to_file_offset(segments, sym.st_value);
@@ -284,7 +327,9 @@ Result<Ok> collect(const Bytes& file, const SymbolTable& t,
 }
 
 Result<std::vector<ElfSymbol>> parse(const Bytes& file) {
-  const unsigned char* ident = file.at(0);
+  auto ident_bytes = file.read_block(0, EI_NIDENT);
+  if (!ident_bytes) return format_error("not an ELF file (too short)");
+  const auto* ident = reinterpret_cast<const unsigned char*>(ident_bytes->data());
   if (std::memcmp(ident, ELFMAG, SELFMAG) != 0) return format_error("not an ELF file");
   if (ident[EI_CLASS] != ELFCLASS64) {
     return format_error(ident[EI_CLASS] == ELFCLASS32
@@ -330,11 +375,16 @@ Result<std::vector<ElfSymbol>> parse(const Bytes& file) {
 }  // namespace
 
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path) {
-  auto mapped = map_file(path);
-  if (!mapped) return mapped.error();
-  auto symbols = parse(Bytes(mapped->data(), mapped->size()));
+  auto source = FileSource::open(path);
+  if (!source) return source.error();
+  auto symbols = parse(Bytes(**source));
   if (!symbols) return make_error(path + ": " + symbols.error().message, symbols.error().err);
   return symbols;
+}
+
+Result<std::vector<ElfSymbol>> read_function_symbols_in_memory(std::string_view image) {
+  const MemorySource source(image);
+  return parse(Bytes(source));
 }
 
 }  // namespace stallwatch::trace

@@ -1,12 +1,14 @@
 // Function symbols of an ELF file and the file offsets uprobes attach at.
 // Owns: reading .dynsym/.symtab of one 64-bit little-endian ELF (shared object or executable)
-// over a read-only mmap, and mapping each st_value to a file offset through PT_LOAD headers.
+// with bounded pread(2) (never a mapping: a library truncated during the parse must not raise
+// SIGBUS in the daemon), and mapping each st_value to a file offset through PT_LOAD headers.
 // Touches only the file it is given; every offset is bounds-checked, so a truncated or hostile
 // file yields an Error, never a crash. Thread-safety: no shared state; safe from any thread.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -27,5 +29,7 @@ struct ElfSymbol {
 // little-endian, not an executable or shared object, truncated or inconsistent headers, no
 // symbol table at all.
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path);
+// The same over an ELF image in memory (tests and the fuzzer); errors do not name a path.
+Result<std::vector<ElfSymbol>> read_function_symbols_in_memory(std::string_view image);
 
 }  // namespace stallwatch::trace
