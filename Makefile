@@ -5,7 +5,8 @@ JOBS ?= $(shell nproc)
 LISTEN ?= 0.0.0.0:9464
 DB ?= /var/lib/stallwatch/stallwatch.db
 
-.PHONY: all deps build run test test-unit test-privileged test-e2e accuracy bench clean
+.PHONY: all deps build run test test-unit test-privileged test-e2e test-asan fuzz fuzz-smoke \
+	accuracy bench clean
 
 all: build
 
@@ -23,9 +24,12 @@ run: build
 	$(BUILD)/stallwatch run --listen $(LISTEN) --db $(DB)
 
 # Every tier: unit (no root), privileged (real eBPF; skipped with exit 77 without root), e2e
-# (real receivers on 127.0.0.1).
+# (real receivers on 127.0.0.1); then each libFuzzer harness briefly (issue #15). The unit tier
+# under AddressSanitizer and UBSan is `make test-asan` (a second full build: CI runs it after
+# this; README "Tests" has the timings).
 test: build
 	cd $(BUILD) && ctest --output-on-failure
+	$(MAKE) fuzz-smoke
 
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -L unit
@@ -36,6 +40,27 @@ test-privileged: build
 test-e2e: build
 	cd $(BUILD) && ctest --output-on-failure -L e2e
 
+# The unit tier built with -fsanitize=address,undefined (gcc) in build-asan: any leak, overflow
+# or undefined behaviour fails the test that ran into it.
+ASAN_BUILD ?= build-asan
+SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1
+$(ASAN_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" \
+	  -DCMAKE_C_FLAGS="$(SAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+	  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
+
+test-asan: deps $(ASAN_BUILD)/CMakeCache.txt
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -L unit
+
+# libFuzzer harnesses (tests/fuzz): FUZZ_SECONDS each (default 60) from the seed corpus.
+fuzz: deps
+	bash scripts/fuzz.sh
+
+fuzz-smoke: deps
+	FUZZ_SECONDS=8 bash scripts/fuzz.sh
+
 # The fault matrix N times (ACCURACY_RUNS, default 5): rates per scenario in docs/accuracy.md.
 accuracy: build
 	BUILD=$(BUILD) bash scripts/accuracy.sh
@@ -44,4 +69,4 @@ bench: build
 	bash bench/run.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -73,8 +73,9 @@ Result<std::chrono::milliseconds> env_millis(const Getenv& getenv, const char* n
 // Later lists override earlier ones key by key (case-insensitive, as HTTP header names are).
 void merge(Headers& into, const Headers& from) {
   for (const auto& [k, v] : from) {
+    const std::string key = lower(k);  // clang 14 cannot capture a structured binding
     auto it = std::find_if(into.begin(), into.end(),
-                           [&](const auto& kv) { return lower(kv.first) == lower(k); });
+                           [&](const auto& kv) { return lower(kv.first) == key; });
     if (it != into.end()) {
       it->second = v;
     } else {
