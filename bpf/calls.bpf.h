@@ -34,6 +34,7 @@ static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
 	if (!t->tgid) {
 		/* First call of this thread: it is on the CPU now. */
 		t->tgid = bpf_get_current_pid_tgid() >> 32;
+		t->start_tag = sw_start_tag(task);
 		t->on_since = now;
 	}
 	cgroup_id = bpf_get_current_cgroup_id();
@@ -127,6 +128,7 @@ static __always_inline void sw_record_call(struct thread_state *t, struct call_f
 	key.cgroup_id = t->cgroup_id;
 	key.call_id = f->call_id;
 	key.tgid = t->tgid;
+	key.start_tag = t->start_tag;
 	s = sw_lookup_or_init(&cuda_call_duration, &key, &zero_call_stats, SW_LOST_CALL_MAP);
 	if (s) {
 		__sync_fetch_and_add(&s->count, 1);

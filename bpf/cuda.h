@@ -10,6 +10,8 @@ struct call_key {
 	__u64 cgroup_id;
 	__u32 call_id; /* index into exporter/trace/calls.cpp's table; the uprobe's bpf_cookie */
 	__u32 tgid;
+	__u32 start_tag; /* sw_start_tag(): with tgid, one process even when its PID is reused */
+	__u32 pad;
 };
 
 /* Cumulative per (cgroup, call, process); never reset, never deleted while the process lives. */

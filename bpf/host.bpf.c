@@ -25,7 +25,12 @@ struct {
 	__type(value, struct reclaim_stats);
 } memory_reclaim SEC(".maps");
 
-/* When the task's reclaim began; only tasks of watched cgroups get an entry. */
+/*
+ * When the task's reclaim began; only tasks of watched cgroups get an entry, removed at its
+ * end. An LRU hash by thread id, not task storage: creating task storage allocates, and the
+ * reclaim path is where memory is short (issue #15); LRU entries are preallocated, and one left
+ * by a thread that died mid-reclaim is recycled.
+ */
 struct reclaim_start {
 	__u64 ts_ns;
 	__u64 cgroup_id;
@@ -34,9 +39,9 @@ struct reclaim_start {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
 	__type(value, struct reclaim_start);
 } reclaim_starts SEC(".maps");
 
@@ -50,35 +55,39 @@ static const struct reclaim_stats zero_reclaim_stats;
 static __always_inline void reclaim_begin(__u32 kind)
 {
 	__u64 cgroup_id = bpf_get_current_cgroup_id();
-	struct reclaim_start *r;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct reclaim_start r = {};
 
 	if (!sw_watched(cgroup_id))
 		return;
-	r = bpf_task_storage_get(&reclaim_starts, bpf_get_current_task_btf(), 0,
-				 BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!r)
-		return;
-	r->ts_ns = bpf_ktime_get_ns();
-	r->cgroup_id = cgroup_id;
-	r->kind = kind;
+	r.ts_ns = bpf_ktime_get_ns();
+	r.cgroup_id = cgroup_id;
+	r.kind = kind;
+	if (bpf_map_update_elem(&reclaim_starts, &tid, &r, BPF_ANY))
+		sw_count_lost(SW_LOST_HOST_MAP);
 }
 
 static __always_inline void reclaim_end(void)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct reclaim_start *r = bpf_task_storage_get(&reclaim_starts, task, 0, 0);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct reclaim_start *p = bpf_map_lookup_elem(&reclaim_starts, &tid);
+	struct reclaim_start r;
 	struct reclaim_stats *s;
 	__u64 dur;
 
-	if (!r || !r->ts_ns)
+	if (!p)
 		return;
-	dur = bpf_ktime_get_ns() - r->ts_ns;
-	r->ts_ns = 0;
-	s = sw_lookup_or_init(&memory_reclaim, &r->cgroup_id, &zero_reclaim_stats,
+	r = *p;
+	bpf_map_delete_elem(&reclaim_starts, &tid);
+	if (!r.ts_ns)
+		return;
+	dur = bpf_ktime_get_ns() - r.ts_ns;
+	s = sw_lookup_or_init(&memory_reclaim, &r.cgroup_id, &zero_reclaim_stats,
 			      SW_LOST_HOST_MAP);
 	if (!s)
 		return;
-	if (r->kind == SW_RECLAIM_DIRECT) {
+	if (r.kind == SW_RECLAIM_DIRECT) {
 		__sync_fetch_and_add(&s->direct_ns, dur);
 		__sync_fetch_and_add(&s->direct_count, 1);
 	} else {

@@ -35,9 +35,8 @@ struct {
 } io_inflight SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_HASH); /* preallocated: updated in hooks that must not allocate */
+	__uint(max_entries, 4096);
 	__type(key, struct io_key);
 	__type(value, struct io_stats);
 } block_io_duration SEC(".maps");
@@ -60,6 +59,7 @@ int BPF_PROG(block_io_start, struct request *rq)
 	s.key.dev_minor = BPF_CORE_READ(disk, first_minor);
 	s.key.op = BPF_CORE_READ(rq, cmd_flags) & SW_REQ_OP_MASK;
 	s.key.tgid = bpf_get_current_pid_tgid() >> 32;
+	s.key.start_tag = sw_start_tag(bpf_get_current_task_btf());
 	s.bytes = BPF_CORE_READ(rq, __data_len);
 	/* fsync's cache flush is an empty write with REQ_PREFLUSH: count it as a flush. */
 	if (s.key.op == SW_REQ_OP_WRITE && s.bytes == 0)

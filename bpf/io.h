@@ -12,6 +12,8 @@ struct io_key {
 	__u32 dev_minor;
 	__u32 op; /* REQ_OP_*: 0 read, 1 write, 2 flush, 3 discard, else other */
 	__u32 tgid;
+	__u32 start_tag; /* sw_start_tag() of the submitting process */
+	__u32 pad;
 };
 
 struct io_stats {

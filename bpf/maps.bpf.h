@@ -7,6 +7,8 @@
 #ifndef STALLWATCH_MAPS_BPF_H
 #define STALLWATCH_MAPS_BPF_H
 
+#include <bpf/bpf_core_read.h>
+
 #include "cuda.h"
 #include "sched.h"
 #include "stallwatch.h"
@@ -25,11 +27,15 @@ SW_SHARED struct {
 	__type(value, struct thread_state);
 } threads SEC(".maps");
 
-/* Per (cgroup, call, process) call histograms (cuda.bpf.c and nccl.bpf.c fill it). */
+/*
+ * Per (cgroup, call, process) call histograms (cuda.bpf.c and nccl.bpf.c fill it).
+ * Preallocated, like every hash map updated from a uprobe or the scheduler: an insert never
+ * calls the allocator there (issue #15). 16,384 entries of ~430 bytes: ~7 MiB, for ~40 calls
+ * of ~400 live CUDA processes; past it, calls are counted as lost (SW_LOST_CALL_MAP).
+ */
 SW_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 16384);
 	__type(key, struct call_key);
 	__type(value, struct call_stats);
 } cuda_call_duration SEC(".maps");
@@ -71,6 +77,12 @@ static __always_inline void sw_count_lost(__u32 source)
 
 	if (v)
 		*v += 1;
+}
+
+/* The current process's start tag (SW_START_TAG_NS). */
+static __always_inline __u32 sw_start_tag(struct task_struct *task)
+{
+	return (__u32)(BPF_CORE_READ(task, group_leader, start_boottime) / SW_START_TAG_NS);
 }
 
 /* Look a key up, inserting a zero value first when absent; NULL (and a lost count) if full. */

@@ -30,9 +30,8 @@
 #define SW_NCCL_MAX_INIT_ALL 16
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 16384);
+	__uint(type, BPF_MAP_TYPE_HASH); /* preallocated: updated in hooks that must not allocate */
+	__uint(max_entries, 4096);
 	__type(key, struct nccl_key);
 	__type(value, struct nccl_stats);
 } nccl_op_duration SEC(".maps");
@@ -172,6 +171,7 @@ static __always_inline void record_op(struct thread_state *t, struct call_frame 
 	info = bpf_map_lookup_elem(&nccl_comms, &ckey);
 	key.cgroup_id = t->cgroup_id;
 	key.tgid = t->tgid;
+	key.start_tag = t->start_tag;
 	key.call_id = f->call_id;
 	key.rank = info ? info->rank : -1;
 	key.world_size = info ? info->world_size : -1;

@@ -12,6 +12,8 @@ struct nccl_key {
 	__u32 call_id;
 	__s32 rank;       /* -1 until learnt */
 	__s32 world_size; /* -1 until learnt */
+	__u32 start_tag;  /* sw_start_tag() of the process */
+	__u32 pad;
 };
 
 struct nccl_stats {

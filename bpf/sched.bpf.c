@@ -19,8 +19,7 @@
 #include "sched.h"
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(type, BPF_MAP_TYPE_HASH); /* preallocated: updated in hooks that must not allocate */
 	__uint(max_entries, 16384);
 	__type(key, struct offcpu_key);
 	__type(value, struct offcpu_stats);
@@ -65,6 +64,7 @@ static __always_inline struct offcpu_stats *offcpu_of(struct thread_state *t)
 
 	key.cgroup_id = t->cgroup_id;
 	key.tgid = t->tgid;
+	key.start_tag = t->start_tag;
 	return sw_lookup_or_init(&offcpu, &key, &zero_offcpu_stats, SW_LOST_OFFCPU_MAP);
 }
 
@@ -93,6 +93,7 @@ static __always_inline void blame(struct thread_state *t, const struct preemptor
 		return; /* the idle task: the CPU was free, the wait was wakeup latency */
 	key.victim_cgroup_id = t->cgroup_id;
 	key.victim_tgid = t->tgid;
+	key.victim_start_tag = t->start_tag;
 	key.preemptor_tid = id->tid;
 	p = bpf_map_lookup_elem(&preemptors, &key);
 	if (!p) {

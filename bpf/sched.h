@@ -40,6 +40,7 @@ struct thread_state {
 	__u64 off_since;      /* when it last left the CPU; 0 while on-CPU */
 	__u64 woken_at;       /* when a blocked thread was woken (then runnable); 0 if not yet */
 	__u32 tgid;
+	__u32 start_tag;      /* sw_start_tag() of its process: tells a reused PID apart */
 	struct preemptor_id preemptor; /* task that took the CPU when this one was preempted */
 	__u8 off_runnable;    /* left the CPU while runnable (preempted) */
 	__u8 depth;           /* open frames */
@@ -51,7 +52,7 @@ struct thread_state {
 struct offcpu_key {
 	__u64 cgroup_id;
 	__u32 tgid;
-	__u32 pad;
+	__u32 start_tag;
 };
 
 /* Cumulative time of the CUDA-issuing threads of one process. */
@@ -67,6 +68,8 @@ struct preemptor_key {
 	__u64 victim_cgroup_id;
 	__u32 victim_tgid;
 	__u32 preemptor_tid;
+	__u32 victim_start_tag;
+	__u32 pad;
 };
 
 /* The identity is rewritten at every blame, so names follow exec and prctl(PR_SET_NAME). */

@@ -21,6 +21,12 @@
 #define SW_NS_PER_S 1000000000ULL
 #define SW_MAX_DEPTH 4
 #define SW_COMM_LEN 16
+/*
+ * A process's start tag: its start time since boot (task->group_leader->start_boottime) in
+ * 10 ms units, the low 32 bits. /proc/PID/stat field 22 is the same instant in USER_HZ (100)
+ * ticks, so user space tells a live process from an exited one whose PID was reused.
+ */
+#define SW_START_TAG_NS 10000000ULL
 
 /* Where records or aggregation were lost; index of the events_lost per-CPU array. */
 enum sw_lost_source {

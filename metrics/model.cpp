@@ -208,6 +208,11 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
   for (unsigned i = 0; i < trace::kLostSources; ++i) {
     lost.points.push_back(point(nullptr, {{"source", trace::lost_source_name(i)}}, count(snap.lost[i])));
   }
+  // Losses in user space: library files refused at --max-libraries (each once; their calls go
+  // untraced) and library-mapping events dropped before discovery (the next full scan finds
+  // the process).
+  lost.points.push_back(point(nullptr, {{"source", "library_limit"}}, count(snap.libraries_refused)));
+  lost.points.push_back(point(nullptr, {{"source", "discovery_queue"}}, count(snap.discovery_dropped)));
   out.push_back(std::move(lost));
   auto single = [&](const char* name, const char* help, MetricKind kind, const char* unit,
                     double v, LabelPairs labels = {}) {
@@ -287,9 +292,10 @@ void add_store_families(const StoreStats& st, std::vector<Family>& out) {
   auto add = [&](const char* name, const char* help, MetricKind kind, const char* unit,
                  std::uint64_t v) { add_scalar(out, name, help, kind, unit, v); };
   add("stallwatch_store_up",
-      "1 while the chain store is open, 0 while it cannot be (tracing and /metrics go on; the "
-      "daemon retries every minute and logs why).",
-      MetricKind::kGauge, "1", st.enabled ? 1 : 0);
+      "1 while the chain store is open and its last write succeeded, 0 while it cannot be "
+      "opened or written (tracing and /metrics go on; the daemon retries every minute, moves a "
+      "corrupt database aside, and logs why).",
+      MetricKind::kGauge, "1", st.enabled && !st.failing ? 1 : 0);
   if (!st.enabled) return;
   add("stallwatch_store_rows_written_total", "Rows committed to the SQLite store.",
       MetricKind::kCounter, "{row}", st.rows_written);

@@ -152,11 +152,13 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   trace::Discovery discovery(
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
-       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger)},
+       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries},
       fs);
+  trace::EventQueue lib_events;
   chains::OutlierSink outliers;
   (*tracer)->on_outlier([&](const trace::OutlierRecord& e) { outliers.add(e); });
-  (*tracer)->on_lib_map([&](int tgid) { discovery.handle_event(tgid); });
+  // The ring-buffer thread only queues: discovery opens the host's files on its own thread.
+  (*tracer)->on_lib_map([&](int tgid) { lib_events.push(tgid); });
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
@@ -174,8 +176,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   trace::Collector collector(trace::default_sources({**tracer, fs, resolver}), resolver, fs,
                              {o.max_cgroups, &kube});
   auto counts = [&] {
-    return trace::TraceCounts{outliers.total(), discovery.traced_processes(),
-                              discovery.attached_libraries(), discovery.attached_probes()};
+    return trace::TraceCounts{outliers.total(),
+                              discovery.traced_processes(),
+                              discovery.attached_libraries(),
+                              discovery.attached_probes(),
+                              discovery.refused_libraries(),
+                              lib_events.dropped()};
   };
   std::unique_ptr<otlp::Pusher> pusher;
   if (push->enabled) pusher = std::make_unique<otlp::Pusher>(*push, build);
@@ -187,7 +193,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   host::HostSampler host(fs);
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {
-    if (keeper && !keeper->up()) pipeline.set_store(keeper->get(), true);  // retried when due
+    if (keeper) pipeline.set_store(keeper->get(), true);  // reopened when due (store_keeper.h)
     for (const auto& c : pipeline.window(collector.collect(o.window, counts()), outliers.drain(),
                                          host.sample())) {
       if (c.open && announced.insert(c.id).second) SW_LOG(kInfo) << "chain opened: " << c.summary;
@@ -217,7 +223,8 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     SW_LOG(kHint) << "set WatchdogSec= to at least 4 × --window";
   }
 
-  // Ring buffers and discovery on their own thread: nothing there waits for the collector.
+  // Ring buffers on one thread and discovery on another: nothing there waits for the collector,
+  // and a library file that never answers stalls discovery, never the outlier intake.
   std::atomic<bool> fatal{false};
   std::thread events([&] {
     while (!g_stop) {
@@ -228,9 +235,30 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
         g_stop = true;
         break;
       }
-      discovery.tick();
     }
   });
+  using SteadyClock = std::chrono::steady_clock;
+  std::atomic<SteadyClock::rep> discovery_alive{SteadyClock::now().time_since_epoch().count()};
+  std::thread discoverer([&] {
+    while (!g_stop) {
+      for (int tgid : lib_events.wait(std::chrono::milliseconds(10))) discovery.handle_event(tgid);
+      discovery.tick();
+      discovery_alive = SteadyClock::now().time_since_epoch().count();
+    }
+  });
+  bool discovery_stuck = false;
+  auto check_discovery = [&] {
+    const auto since = SteadyClock::now() - SteadyClock::time_point(SteadyClock::duration(
+                                                 discovery_alive.load()));
+    if (since >= std::chrono::seconds(60) && !discovery_stuck) {
+      SW_LOG(kWarn) << "discovery has not finished a pass for "
+                    << format_duration(std::chrono::duration_cast<std::chrono::nanoseconds>(since))
+                    << " (a library file or /proc entry that does not answer?); tracing of the "
+                       "libraries already found goes on, new ones wait";
+    }
+    if (since < std::chrono::seconds(60) && discovery_stuck) SW_LOG(kInfo) << "discovery goes on";
+    discovery_stuck = since >= std::chrono::seconds(60);
+  };
 
   auto next = std::chrono::steady_clock::now() + o.window;
   while (!g_stop) {
@@ -238,10 +266,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     if (std::chrono::steady_clock::now() < next) continue;
     next += o.window;
     window();
+    check_discovery();
     if (watchdog) sd_notify("WATCHDOG=1");
   }
   sd_notify("STOPPING=1\nSTATUS=detaching probes");
   events.join();
+  discoverer.join();
   SW_LOG(kInfo) << "stopping: detaching probes";
   return fatal ? 1 : 0;
 }

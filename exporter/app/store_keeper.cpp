@@ -2,7 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <utility>
@@ -37,9 +39,41 @@ StoreKeeper::StoreKeeper(store::StoreOptions options, std::chrono::nanoseconds r
     : options_(std::move(options)), retry_(retry) {}
 
 store::Store* StoreKeeper::get(Clock::time_point now) {
+  if (store_) {
+    const auto st = store_->stats();
+    if (st.corrupt) {
+      close("a write found the database corrupt");
+      const std::string aside = move_aside(options_.path);
+      const int err = errno;
+      if (aside.empty()) {
+        SW_LOG(kError) << "store: " << options_.path
+                       << " is corrupt and cannot be moved aside: " << std::strerror(err);
+      } else {
+        SW_LOG(kWarn) << "store: " << options_.path << " is corrupt: moved it aside to " << aside
+                      << " (kept) and starting a new database";
+      }
+      next_attempt_ = now;
+    } else if (st.failing) {
+      if (!failing_) failing_since_ = now;
+      failing_ = true;
+      if (now - failing_since_ >= retry_) {
+        close("writes have failed for " + format_duration(retry_));
+        next_attempt_ = now;
+      }
+    } else {
+      failing_ = false;
+    }
+  }
   if (store_ || now < next_attempt_) return store_.get();
   if (!try_open()) next_attempt_ = now + retry_;
   return store_.get();
+}
+
+void StoreKeeper::close(const std::string& why) {
+  SW_LOG(kWarn) << "store: closing " << options_.path << ": " << why
+                << " (what is queued is written if it can be; the rest is counted as lost)";
+  store_.reset();
+  failing_ = false;
 }
 
 bool StoreKeeper::try_open() {

@@ -3,7 +3,10 @@
 // aside (renamed to PATH.corrupt-UNIXTIME, with its -wal and -shm; never deleted) and a new one
 // is started; any other failure to open (read-only or full file system, a newer schema,
 // permissions) leaves the store off, says so once in the log and in stallwatch_store_up, and is
-// retried every `retry` until it works. Not thread-safe: the window loop calls it.
+// retried every `retry` until it works. During a run the same holds: a write that finds the
+// database corrupt closes it, moves it aside and starts a new one at once; writes that keep
+// failing for `retry` (a file system remounted read-only, a file replaced under us) close the
+// store, which is then reopened like at start. Not thread-safe: the window loop calls it.
 #pragma once
 
 #include <chrono>
@@ -27,10 +30,13 @@ class StoreKeeper {
 
  private:
   bool try_open();
+  void close(const std::string& why);
   store::StoreOptions options_;
   std::chrono::nanoseconds retry_;
   std::unique_ptr<store::Store> store_;
   Clock::time_point next_attempt_{};
+  Clock::time_point failing_since_{};  // when the open store's writes started failing
+  bool failing_ = false;
   std::string last_error_;
 };
 

@@ -138,7 +138,7 @@ std::string render_explain_json(const Report& r) {
 
 const char* const kExplainUsage =
     "usage: stallwatch explain [--db PATH] [--since DURATION] [--cgroup PATH] [--per-process]\n"
-    "                          [--json]\n"
+    "                          [--json] [--timeout DURATION]\n"
     "\n"
     "The incident report: causal chains (what slowed the CUDA calls, who caused it, the fix)\n"
     "over the last DURATION, from the database `stallwatch run` writes.\n"
@@ -149,7 +149,8 @@ const char* const kExplainUsage =
     "  --cgroup PATH    only this cgroup and the cgroups below it\n"
     "  --per-process    add per-process CUDA call latency (p50/p99 of the merged histograms),\n"
     "                   off-CPU time, preemptions and the top preemptors\n"
-    "  --json           one JSON object instead of text\n";
+    "  --json           one JSON object instead of text\n"
+    "  --timeout D      give up after D (default 30s; 100ms to 24h, 0 for none)\n";
 
 Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& args) {
   po::options_description desc;
@@ -160,7 +161,8 @@ Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& arg
     ("since", po::value<std::string>(), "")
     ("cgroup", po::value<std::string>(), "")
     ("per-process", "")
-    ("json", "");
+    ("json", "")
+    ("timeout", po::value<std::string>(), "");
   // clang-format on
   auto vm = parse_flags(args, desc);
   if (!vm) return vm.error();
@@ -179,6 +181,11 @@ Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& arg
   if (vm->count("cgroup")) o.cgroup = (*vm)["cgroup"].as<std::string>();
   o.per_process = vm->count("per-process") > 0;
   o.json = vm->count("json") > 0;
+  if (vm->count("timeout")) {
+    auto t = read_timeout((*vm)["timeout"].as<std::string>(), "--timeout");
+    if (!t) return t.error();
+    o.timeout = *t;
+  }
   return o;
 }
 
@@ -195,7 +202,13 @@ int run_explain(const ExplainOptions& o, std::int64_t now_ns, const std::string&
   q.since_ns = o.since.count();
   q.cgroup = o.cgroup;
   q.per_process = o.per_process;
+  const store::StatementDeadline deadline(db->db.get(), o.timeout);
   auto report = store::load_report(db->db.get(), q);
+  if (!report && deadline.expired()) {
+    err << "stallwatch explain: stopped after " << format_duration(o.timeout)
+        << " (--timeout); report a shorter period (--since) or one cgroup, or raise --timeout\n";
+    return 1;
+  }
   if (!report) {
     err << "stallwatch explain: reading " << o.db << ": " << report.error().message << "\n";
     return 1;

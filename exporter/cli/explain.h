@@ -22,6 +22,7 @@ struct ExplainOptions {
   std::string cgroup;
   bool per_process = false;
   bool json = false;
+  std::chrono::nanoseconds timeout = std::chrono::seconds(30);  // --timeout; 0: none
   bool help = false;
 };
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <map>
 
+#include "common/duration.h"
 #include "common/strings.h"
 
 namespace stallwatch::cli {
@@ -189,6 +190,17 @@ Result<LogSettings> log_settings(const po::variables_map& vm) {
   LayeredFlags flags;
   flags.add(vm);
   return log_settings(flags);
+}
+
+Result<std::chrono::nanoseconds> read_timeout(const std::string& text, std::string_view flag) {
+  if (text == "0") return std::chrono::nanoseconds(0);
+  auto d = parse_duration(text);
+  if (!d) return make_error(std::string(flag) + ": " + d.error().message);
+  if (d->count() != 0 && (*d < std::chrono::milliseconds(100) || *d > std::chrono::hours(24))) {
+    return make_error(std::string(flag) + " " + text +
+                      " is out of range: use 100ms to 24h, or 0 for no limit");
+  }
+  return *d;
 }
 
 }  // namespace stallwatch::cli

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,11 @@ class LayeredFlags {
   };
   std::vector<Layer> layers_;
 };
+
+// --timeout of the store readers (`query`, `explain`): a duration from 100ms to 24h, or 0 for
+// none; the error names `flag` and the range.
+inline constexpr std::chrono::seconds kDefaultReadTimeout{30};
+Result<std::chrono::nanoseconds> read_timeout(const std::string& text, std::string_view flag);
 
 // --log.level, --log.format and -v/--verbose (an alias of --log.level=debug).
 void add_log_flags(po::options_description& desc);

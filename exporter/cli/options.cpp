@@ -53,6 +53,8 @@ po::options_description run_options_description() {
      "keep probes on a library this long after the last process unmapped it (default 30s)")
     ("max-cgroups", po::value<std::string>(), "cgroups with their own series; the rest fold into "
      "cgroup=\"_overflow\" (default 256)")
+    ("max-libraries", po::value<std::string>(), "CUDA library files (container image copies) "
+     "traced at once, ~42 probes each; more are refused, logged and counted (default 128)")
     ("kube-api", po::value<std::string>(), "Kubernetes API server for pod/namespace/container "
      "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
     ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
@@ -210,6 +212,11 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     auto n = bounded_count(*max_cgroups, source, 1, 100000);
     if (!n) return n.error();
     o.max_cgroups = static_cast<size_t>(*n);
+  }
+  if (const std::string* max_libraries = text_flag(flags, "max-libraries", &source)) {
+    auto n = bounded_count(*max_libraries, source, 1, 4096);
+    if (!n) return n.error();
+    o.max_libraries = static_cast<size_t>(*n);
   }
   auto log = log_settings(flags);
   if (!log) return log.error();

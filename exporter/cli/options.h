@@ -30,6 +30,7 @@ struct RunOptions {
   std::chrono::nanoseconds rescan_interval = std::chrono::seconds(30);
   std::chrono::nanoseconds detach_linger = std::chrono::seconds(30);
   size_t max_cgroups = 256;
+  size_t max_libraries = 128;  // --max-libraries
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "cli/flags.h"
+#include "common/duration.h"
 #include "common/json.h"
 #include "store/sqlite.h"
 
@@ -23,7 +24,7 @@ namespace stallwatch::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: stallwatch query [--db PATH] [--format table|csv|json] 'SQL'\n"
+    "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout DURATION] 'SQL'\n"
     "\n"
     "Runs one read-only SQL statement against the stallwatch database and prints the rows.\n"
     "Writes are refused; work on a copy with the sqlite3 shell to change data.\n"
@@ -32,7 +33,11 @@ constexpr const char* kUsage =
     "  --db PATH        the database (default /var/lib/stallwatch/stallwatch.db)\n"
     "  --format FORMAT  table (default): aligned columns and a row count; csv: RFC 4180 with a\n"
     "                   header; json: an array of objects (NULL as null, blobs as hex strings)\n"
+    "  --timeout D      stop the statement after D (default 30s; 100ms to 24h, 0 for none):\n"
+    "                   a long read keeps the daemon from checkpointing its write-ahead log\n"
     "  -h, --help       this text\n"
+    "\n"
+    "Rows are printed as they come (a table aligns its columns on the first 1,000 rows).\n"
     "\n"
     "Tables and columns: docs/store.md. Example:\n"
     "  stallwatch query \"SELECT kind, severity, count(*) AS chains FROM chains GROUP BY 1, 2\"\n";
@@ -41,10 +46,15 @@ constexpr const char* kPrefix = "stallwatch query: ";
 
 enum class Format { kTable, kCsv, kJson };
 
+// SQLite's own memory for one statement (sorters, recursive queues): past it the statement
+// fails with SQLITE_NOMEM instead of the process running out of memory.
+constexpr sqlite3_int64 kHeapLimit = 1ll << 30;
+
 struct Options {
   std::string db = kDefaultDbPath;
   Format format = Format::kTable;
   std::string sql;
+  std::chrono::nanoseconds timeout = kDefaultReadTimeout;
   bool help = false;
 };
 
@@ -56,6 +66,7 @@ std::optional<std::string> parse(const std::vector<std::string>& args, Options& 
     ("help,h", "")
     ("db", po::value<std::string>(), "")
     ("format", po::value<std::string>(), "")
+    ("timeout", po::value<std::string>(), "")
     ("sql", po::value<std::vector<std::string>>(), "");
   // clang-format on
   po::positional_options_description positional;
@@ -81,6 +92,11 @@ std::optional<std::string> parse(const std::vector<std::string>& args, Options& 
     } else {
       return "unknown format '" + value + "' (table, csv or json)";
     }
+  }
+  if (vm->count("timeout")) {
+    auto t = read_timeout((*vm)["timeout"].as<std::string>(), "--timeout");
+    if (!t) return t.error().message;
+    o.timeout = *t;
   }
   const auto sql =
       vm->count("sql") ? (*vm)["sql"].as<std::vector<std::string>>() : std::vector<std::string>{};
@@ -240,6 +256,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
     return 1;
   }
   sqlite3* h = db->get();
+  sqlite3_hard_heap_limit64(kHeapLimit);
 
   bool writes = false;
   sqlite3_set_authorizer(h, authorize, &writes);
@@ -278,7 +295,8 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   const int cols = sqlite3_column_count(stmt.get());
   std::vector<std::string> names;
   for (int c = 0; c < cols; c++) names.emplace_back(sqlite3_column_name(stmt.get(), c));
-  std::vector<std::vector<QueryCell>> rows;  // table only: widths need every row
+  std::optional<TableWriter> table;
+  if (o.format == Format::kTable) table.emplace(names, out);
   size_t count = 0;
   if (o.format == Format::kCsv && cols > 0) {
     for (int c = 0; c < cols; c++)
@@ -286,11 +304,13 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
     out << "\r\n";
   }
   if (o.format == Format::kJson) out << "[";
+  const store::StatementDeadline deadline(h, o.timeout);
+  std::vector<QueryCell> row;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    std::vector<QueryCell> row;
+    row.clear();
     for (int c = 0; c < cols; c++) row.push_back(read_cell(stmt.get(), c));
-    if (o.format == Format::kTable) {
-      rows.push_back(std::move(row));
+    if (table) {
+      table->add(row);
     } else if (o.format == Format::kCsv) {
       for (int c = 0; c < cols; c++) {
         out << (c ? "," : "") << csv_field(row[static_cast<size_t>(c)].text);
@@ -305,16 +325,25 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       out << "}";
     }
     count++;
+    if (!out) break;  // the reader went away (a closed pipe): stop reading
   }
   if (o.format == Format::kJson) out << (count ? "\n]\n" : "]\n");
-  if (rc != SQLITE_DONE) {
-    out.flush();
-    err << kPrefix << "SQL error: " << sqlite3_errmsg(h) << "\n";
+  if (table) table->finish();
+  out.flush();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    if (deadline.expired()) {
+      err << kPrefix << "stopped after " << format_duration(o.timeout) << " (--timeout) with "
+          << count << (count == 1 ? " row" : " rows")
+          << " printed; narrow the statement (a WHERE on t_ns, a LIMIT) or raise --timeout\n";
+    } else if ((rc & 0xff) == SQLITE_NOMEM) {
+      err << kPrefix << "the statement needs more than " << (kHeapLimit >> 20)
+          << " MiB of memory; narrow it (a WHERE on t_ns, a LIMIT)\n";
+    } else {
+      err << kPrefix << "SQL error: " << sqlite3_errmsg(h) << "\n";
+    }
     return 1;
   }
-  if (o.format == Format::kTable) out << render_table(names, rows);
-  out.flush();
-  return 0;
+  return out ? 0 : 1;
 }
 
 }  // namespace
@@ -323,7 +352,8 @@ int query_main(const std::vector<std::string>& args, std::ostream& out, std::ost
   Options o;
   if (auto e = parse(args, o)) {
     err << kPrefix << *e << "\n"
-        << "usage: stallwatch query [--db PATH] [--format table|csv|json] 'SQL' (see --help)\n";
+        << "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout D] 'SQL' "
+           "(see --help)\n";
     return 2;
   }
   if (o.help) {

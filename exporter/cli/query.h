@@ -38,7 +38,30 @@ std::string format_real(double v);
 std::string csv_field(const std::string& s);
 // JSON value: numbers as numbers (non-finite reals as null), NULL as null, else a string.
 std::string json_cell(const QueryCell& c);
-// Header, a rule of dashes, one line per row (numeric columns right-aligned, NULL shown as
+// Streams a table: column widths and alignment come from the first `sample` rows (a cell of a
+// later row that is wider is printed whole, out of line), so memory stays bounded however
+// many rows a query returns. finish() prints what is buffered and "N rows".
+class TableWriter {
+ public:
+  TableWriter(std::vector<std::string> names, std::ostream& out, size_t sample = 1000);
+  void add(const std::vector<QueryCell>& row);
+  void finish();
+
+ private:
+  void start();
+  void write_row(const std::vector<QueryCell>& row);
+  void write_line(const std::vector<std::string>& cells);
+  std::vector<std::string> names_;
+  std::ostream& out_;
+  size_t sample_;
+  std::vector<std::vector<QueryCell>> buffered_;
+  std::vector<size_t> width_;
+  std::vector<bool> numeric_;
+  bool started_ = false;
+  size_t count_ = 0;
+};
+
+// All rows at once through TableWriter: header, a rule of dashes, one line per row (numeric columns right-aligned, NULL shown as
 // NULL, control characters escaped), then "N rows" ("1 row").
 std::string render_table(const std::vector<std::string>& names,
                          const std::vector<std::vector<QueryCell>>& rows);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <sstream>
+#include <utility>
 
 #include "cli/query.h"
 #include "common/json.h"
@@ -79,51 +81,84 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-std::string render_table(const std::vector<std::string>& names,
-                         const std::vector<std::vector<QueryCell>>& rows) {
-  std::string out;
-  const size_t cols = names.size();
-  std::vector<size_t> width(cols);
-  std::vector<bool> numeric(cols, false);
-  std::vector<std::vector<std::string>> texts;
-  for (size_t c = 0; c < cols; c++) width[c] = display_width(names[c]);
+TableWriter::TableWriter(std::vector<std::string> names, std::ostream& out, size_t sample)
+    : names_(std::move(names)), out_(out), sample_(std::max<size_t>(sample, 1)) {}
+
+void TableWriter::add(const std::vector<QueryCell>& row) {
+  count_++;
+  if (!started_) {
+    buffered_.push_back(row);
+    if (buffered_.size() >= sample_) start();
+    return;
+  }
+  write_row(row);
+}
+
+void TableWriter::start() {
+  const size_t cols = names_.size();
+  width_.assign(cols, 0);
+  numeric_.assign(cols, false);
+  for (size_t c = 0; c < cols; c++) width_[c] = display_width(names_[c]);
   for (size_t c = 0; c < cols; c++) {
     bool any = false, all = true;
-    for (const auto& row : rows) {
+    for (const auto& row : buffered_) {
       if (row[c].type == SQLITE_NULL) continue;
       any = true;
       all = all && (row[c].type == SQLITE_INTEGER || row[c].type == SQLITE_FLOAT);
     }
-    numeric[c] = any && all;
+    numeric_[c] = any && all;
   }
-  for (const auto& row : rows) {
-    std::vector<std::string> t;
+  for (const auto& row : buffered_) {
     for (size_t c = 0; c < cols; c++) {
-      t.push_back(table_text(row[c]));
-      width[c] = std::max(width[c], display_width(t.back()));
+      width_[c] = std::max(width_[c], display_width(table_text(row[c])));
     }
-    texts.push_back(std::move(t));
   }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (size_t c = 0; c < cols; c++) {
-      const size_t pad = width[c] - display_width(cells[c]);
-      if (c > 0) s += "  ";
-      if (numeric[c]) s.append(pad, ' ');
-      s += cells[c];
-      if (!numeric[c] && c + 1 < cols) s.append(pad, ' ');
-    }
-    out += s + "\n";
-  };
+  started_ = true;
   if (cols > 0) {
-    line(names);
+    write_line(names_);
     std::vector<std::string> rules;
-    for (size_t c = 0; c < cols; c++) rules.emplace_back(width[c], '-');
-    line(rules);
-    for (const auto& t : texts) line(t);
+    for (size_t c = 0; c < cols; c++) rules.emplace_back(width_[c], '-');
+    write_line(rules);
   }
-  out += std::to_string(rows.size()) + (rows.size() == 1 ? " row\n" : " rows\n");
-  return out;
+  for (const auto& row : buffered_) write_row(row);
+  buffered_.clear();
+  buffered_.shrink_to_fit();
+}
+
+void TableWriter::write_row(const std::vector<QueryCell>& row) {
+  std::vector<std::string> cells;
+  cells.reserve(row.size());
+  for (const auto& cell : row) cells.push_back(table_text(cell));
+  write_line(cells);
+}
+
+void TableWriter::write_line(const std::vector<std::string>& cells) {
+  std::string s;
+  const size_t cols = names_.size();
+  for (size_t c = 0; c < cols; c++) {
+    // A cell wider than the sample's column (a row after the first `sample`) is not cut.
+    const size_t w = display_width(cells[c]);
+    const size_t pad = width_[c] > w ? width_[c] - w : 0;
+    if (c > 0) s += "  ";
+    if (numeric_[c]) s.append(pad, ' ');
+    s += cells[c];
+    if (!numeric_[c] && c + 1 < cols) s.append(pad, ' ');
+  }
+  out_ << s << "\n";
+}
+
+void TableWriter::finish() {
+  if (!started_) start();
+  out_ << count_ << (count_ == 1 ? " row\n" : " rows\n");
+}
+
+std::string render_table(const std::vector<std::string>& names,
+                         const std::vector<std::vector<QueryCell>>& rows) {
+  std::ostringstream out;
+  TableWriter table(names, out, rows.size() + 1);
+  for (const auto& row : rows) table.add(row);
+  table.finish();
+  return out.str();
 }
 
 }  // namespace stallwatch::cli

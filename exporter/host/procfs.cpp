@@ -101,21 +101,42 @@ std::vector<int> Procfs::cpus_allowed(int pid) const {
 
 // Field 22 of stat (starttime, clock ticks after boot), counted after the comm's last ')':
 // a comm may hold spaces and parentheses.
-std::int64_t Procfs::start_unix_ns(int pid) const {
+std::optional<std::uint64_t> Procfs::start_ticks(int pid) const {
   const std::string text = read_bounded(pid_path(pid, "stat"), kSmallFile);
-  const size_t close = text.rfind(')');
-  const std::int64_t boot = boot_unix_s();
-  if (close == std::string::npos || close + 2 > text.size() || boot <= 0) return 0;
+  const size_t close = text.rfind(')');  // the name may hold ')' and spaces
+  if (close == std::string::npos || close + 2 > text.size()) return std::nullopt;
   std::istringstream fields(text.substr(close + 2));
   std::string f;
   for (int i = 3; i <= 22 && fields >> f; i++) {
     if (i != 22) continue;
     std::int64_t start = 0;
-    if (!parse_number(f, start) || start < 0) return 0;
-    const long ticks = sysconf(_SC_CLK_TCK);
-    return boot * 1000000000LL + start * (1000000000LL / (ticks > 0 ? ticks : 100));
+    if (!parse_number(f, start) || start < 0) return std::nullopt;
+    return static_cast<std::uint64_t>(start);
   }
-  return 0;
+  return std::nullopt;
+}
+
+namespace {
+std::int64_t ns_per_tick() {
+  const long ticks = sysconf(_SC_CLK_TCK);
+  return 1000000000LL / (ticks > 0 ? ticks : 100);
+}
+}  // namespace
+
+std::int64_t Procfs::start_unix_ns(int pid) const {
+  const std::int64_t boot = boot_unix_s();
+  const auto start = start_ticks(pid);
+  if (!start || boot <= 0 || *start > static_cast<std::uint64_t>(INT64_MAX / ns_per_tick())) {
+    return 0;
+  }
+  return boot * 1000000000LL + static_cast<std::int64_t>(*start) * ns_per_tick();
+}
+
+std::uint32_t Procfs::start_tag(int pid) const {
+  const auto start = start_ticks(pid);
+  if (!start) return 0;
+  return static_cast<std::uint32_t>(*start * static_cast<std::uint64_t>(ns_per_tick()) /
+                                    kStartTagNs);
 }
 
 std::string Procfs::block_device(std::uint32_t major, std::uint32_t minor) const {

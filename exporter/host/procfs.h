@@ -7,11 +7,15 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace stallwatch::host {
+
+// bpf/stallwatch.h SW_START_TAG_NS (checked where both are seen, trace/cuda_source.cpp).
+inline constexpr std::uint64_t kStartTagNs = 10'000'000;
 
 class Procfs {
  public:
@@ -33,6 +37,11 @@ class Procfs {
   std::vector<int> cpus_allowed(int pid) const;
   // Unix time the process started (PROC/PID/stat field 22 after PROC/stat btime); 0 unknown.
   std::int64_t start_unix_ns(int pid) const;
+  // Its start time since boot in clock ticks (stat field 22); nullopt when unknown.
+  std::optional<std::uint64_t> start_ticks(int pid) const;
+  // The same instant as the BPF programs' start tag (bpf/stallwatch.h SW_START_TAG_NS, 10 ms
+  // units, low 32 bits); 0 when unknown.
+  std::uint32_t start_tag(int pid) const;
   // PROC/stat btime in seconds; 0 unknown. Read once.
   std::int64_t boot_unix_s() const;
   // The kernel name of a block device (SYS/dev/block/MAJ:MIN/uevent DEVNAME), else "MAJ:MIN".

@@ -8,6 +8,21 @@ std::string db_error(sqlite3* db) {
   return where + ": " + sqlite3_errmsg(db);
 }
 
+StatementDeadline::StatementDeadline(sqlite3* db, std::chrono::nanoseconds budget) : db_(db) {
+  if (budget.count() <= 0) return;
+  deadline_ = std::chrono::steady_clock::now() + budget;
+  // ~4,000 steps take tens of microseconds: the clock is read rarely, the deadline kept closely.
+  sqlite3_progress_handler(db_, 4000, &StatementDeadline::check, this);
+}
+
+StatementDeadline::~StatementDeadline() { sqlite3_progress_handler(db_, 0, nullptr, nullptr); }
+
+int StatementDeadline::check(void* self) {
+  auto* d = static_cast<StatementDeadline*>(self);
+  if (std::chrono::steady_clock::now() >= d->deadline_) d->expired_ = true;
+  return d->expired_ ? 1 : 0;  // non-zero interrupts the statement
+}
+
 Result<DbPtr> open_db(const std::string& path, int flags) {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_URI, nullptr);

@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,6 +51,25 @@ class Stmt {
     void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
   };
   std::unique_ptr<sqlite3_stmt, Finalizer> s_;
+};
+
+// Stops the statements of `db` that run past a time budget (`query` and `explain --timeout`):
+// a progress handler looks at the clock every few thousand virtual-machine steps and interrupts
+// the statement, which then fails with SQLITE_INTERRUPT. A budget of 0 means none. The handler
+// is removed when this goes away. One per connection at a time.
+class StatementDeadline {
+ public:
+  StatementDeadline(sqlite3* db, std::chrono::nanoseconds budget);
+  ~StatementDeadline();
+  StatementDeadline(const StatementDeadline&) = delete;
+  StatementDeadline& operator=(const StatementDeadline&) = delete;
+  bool expired() const { return expired_; }
+
+ private:
+  static int check(void* self);
+  sqlite3* db_;
+  std::chrono::steady_clock::time_point deadline_;
+  bool expired_ = false;
 };
 
 // The message of the connection's last error, with the database file name.

@@ -149,9 +149,12 @@ struct Store::Impl {
 };
 
 void Store::Impl::failed(const Error& e, const std::string& what) {
+  const int code = e.err & 0xff;
   {
     std::lock_guard lk(mu);
     counters.write_errors++;
+    counters.failing = true;
+    if (e.err > 0 && (code == SQLITE_CORRUPT || code == SQLITE_NOTADB)) counters.corrupt = true;
   }
   unreported_errors++;
   const auto now = SteadyClock::now();
@@ -224,6 +227,7 @@ void Store::Impl::write(const std::vector<WindowBatch>& batches) {
   const std::uint64_t bytes = database_bytes(db.get(), opt.path);
   {
     std::lock_guard lk(mu);
+    if (written == batches.size()) counters.failing = false;
     counters.batches_written += written;
     counters.rows_written += rows;
     counters.db_bytes = bytes;

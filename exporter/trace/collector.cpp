@@ -29,23 +29,36 @@ CgroupSlot& Collector::cgroup(std::uint64_t cgroup_id) {
   return cgroups_.emplace(cgroup_id, std::move(slot)).first->second;
 }
 
-bool Collector::alive(int pid) {
+const Collector::Running& Collector::running(int pid) {
   auto it = alive_cache_.find(pid);
   if (it != alive_cache_.end()) return it->second;
-  const bool a = fs_.pid_exists(pid);
-  alive_cache_.emplace(pid, a);
-  return a;
+  Running r;
+  r.exists = fs_.pid_exists(pid);
+  if (r.exists) r.start_tag = fs_.start_tag(pid);
+  return alive_cache_.emplace(pid, r).first->second;
+}
+
+bool Collector::alive(int pid, std::uint32_t start_tag) {
+  const Running& r = running(pid);
+  // A different start: the PID was reused, the kernel's entry is of the exited process.
+  return r.exists && (start_tag == 0 || r.start_tag == 0 || r.start_tag == start_tag);
 }
 
 ProcessInfo& Collector::process(Series& s, int pid) {
   auto it = s.process_info.find(pid);
   if (it != s.process_info.end()) return it->second;
   auto cached = procs_.find(pid);
+  const std::uint32_t tag = running(pid).start_tag;
+  if (cached != procs_.end() && cached->second.start_tag != tag) {
+    procs_.erase(cached);  // the PID was reused: another process, another name
+    cached = procs_.end();
+  }
   if (cached == procs_.end()) {
     ProcessInfo info;
     info.pid = pid;
     info.comm = fs_.comm(pid);
     info.start_ns = fs_.start_unix_ns(pid);
+    info.start_tag = tag;
     cached = procs_.emplace(pid, std::move(info)).first;
   }
   ProcessInfo info = cached->second;
@@ -96,7 +109,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   for (const auto& [id, slot] : cgroups_) snap->cgroup_labels.emplace(id, slot.label);
   drop_vanished_cgroups();
   for (auto it = procs_.begin(); it != procs_.end();) {
-    it = alive(it->first) ? std::next(it) : procs_.erase(it);
+    it = alive(it->first, it->second.start_tag) ? std::next(it) : procs_.erase(it);
   }
   auto& series = snap->series;
   for (const auto& [id, slot] : cgroups_) {
@@ -114,6 +127,8 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   snap->traced_processes = counts.traced_processes;
   snap->attached_libraries = counts.attached_libraries;
   snap->attached_probes = counts.attached_probes;
+  snap->libraries_refused = counts.libraries_refused;
+  snap->discovery_dropped = counts.discovery_dropped;
   if (options_.kube) snap->kube = options_.kube->stats();
   snap->ready = true;
   return snap;

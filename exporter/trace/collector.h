@@ -37,6 +37,8 @@ struct TraceCounts {
   std::uint64_t traced_processes = 0;
   std::uint64_t attached_libraries = 0;
   std::uint64_t attached_probes = 0;
+  std::uint64_t libraries_refused = 0;  // over --max-libraries (each file once)
+  std::uint64_t discovery_dropped = 0;  // library-mapping events dropped: discovery's queue full
 };
 
 class Collector : private SourceContext {
@@ -51,7 +53,7 @@ class Collector : private SourceContext {
   // SourceContext
   CgroupSlot& cgroup(std::uint64_t cgroup_id) override;
   std::string cgroup_path(std::uint64_t cgroup_id) override;
-  bool alive(int pid) override;
+  bool alive(int pid, std::uint32_t start_tag) override;
   ProcessInfo& process(Series& s, int pid) override;
   bool known_process(int pid) override { return procs_.count(pid) > 0; }
   std::string comm(int pid) override;
@@ -64,7 +66,12 @@ class Collector : private SourceContext {
   CollectorOptions options_;
   std::map<std::uint64_t, CgroupSlot> cgroups_;
   std::map<std::string, size_t> label_users_;  // label → cgroup slots using it
-  std::map<int, bool> alive_cache_;            // per pass
+  struct Running {
+    bool exists = false;
+    std::uint32_t start_tag = 0;  // of the process with this PID now; 0 unknown
+  };
+  const Running& running(int pid);
+  std::map<int, Running> alive_cache_;         // per pass
   std::map<int, ProcessInfo> procs_;           // comm and start time of live pids
   std::uint64_t sequence_ = 0;
 };

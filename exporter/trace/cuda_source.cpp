@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "host/procfs.h"
 #include "trace/map_iter.h"
 #include "trace/sources.h"
 #include "trace/tracer.h"
@@ -15,6 +16,8 @@ extern "C" {
 
 namespace stallwatch::trace {
 namespace {
+
+static_assert(host::kStartTagNs == SW_START_TAG_NS);
 
 CallTotals totals_of(const call_stats& s) {
   CallTotals t;
@@ -38,7 +41,7 @@ class CudaSource : public Source {
       CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
       CallTotals t = totals_of(v);
       const int pid = static_cast<int>(k.tgid);
-      if (!ctx.alive(pid)) {
+      if (!ctx.alive(pid, k.start_tag)) {
         slot.retired.calls[k.call_id].add(t);
         return true;
       }

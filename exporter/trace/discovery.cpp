@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace stallwatch::trace {
 namespace {
@@ -14,14 +15,34 @@ namespace {
 constexpr int kMaxEventRetries = 50;  // 50 x 10 ms: the loader maps text right after open
 constexpr std::chrono::milliseconds kRetryDelay{10};
 
+// A library file, opened so that a FIFO or a device cannot block (O_NONBLOCK); is_regular()
+// must hold before it is read.
 struct FileHandle {
   int fd;
-  explicit FileHandle(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {}
+  explicit FileHandle(const std::string& path)
+      : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) {}
   ~FileHandle() {
     if (fd >= 0) ::close(fd);
   }
   std::string proc_path() const { return "/proc/self/fd/" + std::to_string(fd); }
 };
+
+// Failures that may pass: retried at the next scan instead of remembered for the file.
+bool transient(int err) {
+  switch (err) {
+    case ENOENT:   // the process exited, its root went away
+    case ESRCH:
+    case EMFILE:   // out of file descriptors: more may be free later
+    case ENFILE:
+    case ENOMEM:
+    case EAGAIN:
+    case EBUSY:
+    case EINTR:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;
@@ -62,6 +83,29 @@ void Reaper::dispose(std::unique_ptr<LibraryProbes> probes) {
   cv_.notify_one();
 }
 
+void EventQueue::push(int tgid) {
+  {
+    std::lock_guard lock(mu_);
+    if (queued_.count(tgid)) return;
+    if (queue_.size() >= capacity_) {
+      dropped_++;
+      return;
+    }
+    queue_.push_back(tgid);
+    queued_.insert(tgid);
+  }
+  cv_.notify_one();
+}
+
+std::vector<int> EventQueue::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return !queue_.empty(); });
+  std::vector<int> out;
+  out.swap(queue_);
+  queued_.clear();
+  return out;
+}
+
 Discovery::Discovery(CallPrograms programs, DiscoveryOptions options, const host::Procfs& fs)
     : programs_(programs), options_(options), fs_(fs) {}
 
@@ -74,26 +118,44 @@ bool Discovery::scan_process(int pid) {
     FileHandle file(host_path(fs_, pid, lib.path));
     struct stat st {};
     if (file.fd < 0 || ::fstat(file.fd, &st) != 0) continue;  // exited, or the file went away
-    std::string path = file.proc_path();
     FileKey key{st.st_dev, st.st_ino};
+    if (!S_ISREG(st.st_mode)) {
+      if (failed_.emplace(key, "not a regular file").second) {
+        SW_LOG(kWarn) << "not tracing " << escape_name(lib.path) << " (pid " << pid
+                      << "): not a regular file";
+      }
+      continue;
+    }
+    std::string path = file.proc_path();
     auto it = libraries_.find(key);
     if (it == libraries_.end()) {
       if (failed_.count(key)) continue;
-      auto probes = LibraryProbes::attach(programs_, path, lib.api);
-      if (!probes) {
-        SW_LOG(kWarn) << "not tracing " << lib.path << " (pid " << pid
-                      << "): " << probes.error().message;
-        // A file that cannot be traced stays so; a transient failure is retried next scan.
-        if (probes.error().err != ENOENT && probes.error().err != ESRCH) {
-          failed_.emplace(key, probes.error().message);
+      if (libraries_.size() >= options_.max_libraries) {
+        if (refused_.insert(key).second) {
+          refused_libraries_++;
+          SW_LOG(kWarn) << "not tracing " << escape_name(lib.path) << " (pid " << pid << "): "
+                        << options_.max_libraries
+                        << " library files are traced already (--max-libraries); it is "
+                           "traced once one of them is unused";
         }
         continue;
       }
-      SW_LOG(kInfo) << "tracing " << lib.path << " (" << api_name(lib.api) << ", pid " << pid
+      auto probes = LibraryProbes::attach(programs_, path, lib.api);
+      if (!probes) {
+        // A file that cannot be traced stays so; a transient failure is retried next scan.
+        const bool again = transient(probes.error().err);
+        SW_LOG(kWarn) << "not tracing " << escape_name(lib.path) << " (pid " << pid
+                      << "): " << probes.error().message
+                      << (again ? " (retried at the next scan)" : "");
+        if (!again) failed_.emplace(key, probes.error().message);
+        continue;
+      }
+      refused_.erase(key);
+      SW_LOG(kInfo) << "tracing " << escape_name(lib.path) << " (" << api_name(lib.api) << ", pid " << pid
                     << "): " << (*probes)->attached_symbols().size() << " symbols, "
                     << (*probes)->probe_count() << " probes";
       if (!(*probes)->missing_calls().empty()) {
-        SW_LOG(kWarn) << lib.path << " does not export " << join((*probes)->missing_calls())
+        SW_LOG(kWarn) << escape_name(lib.path) << " does not export " << join((*probes)->missing_calls())
                       << "; those calls are not traced in it";
       }
       it = libraries_.emplace(key, Library{lib.path, std::move(*probes), {}}).first;
@@ -183,7 +245,7 @@ void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
       lib.unused_since = now;
     }
     if (lib.pids.empty() && now - lib.unused_since >= options_.detach_linger) {
-      SW_LOG(kInfo) << "detaching from " << lib.path << ": no process has mapped it for "
+      SW_LOG(kInfo) << "detaching from " << escape_name(lib.path) << ": no process has mapped it for "
                     << std::chrono::duration_cast<std::chrono::seconds>(options_.detach_linger).count()
                     << "s";
       reaper_.dispose(std::move(lib.probes));

@@ -4,6 +4,12 @@
 // the process to scan at once. A library mapped while the daemon runs is attached before the
 // mmap(2) that maps its code has returned to the loader in most cases, and within one retry
 // (10 ms) otherwise.
+// Files are the host's and may be hostile: opened non-blocking, regular files only, read with
+// bounded preads (elf_symbols.h); the daemon runs discovery on its own thread, fed by an
+// EventQueue, so a file that never answers (a stalled FUSE mount) cannot stop the ring buffers.
+// At most max_libraries files get probes; the rest are refused, logged once each and counted.
+// Transient failures (EMFILE, ENOMEM, a process that exited mid-scan) are retried at the next
+// scan; a file that cannot be traced (no symbols, not ELF) is not retried.
 // Thread-safety: handle_event/tick/scan_all from one thread; the counters from any thread.
 #pragma once
 
@@ -11,6 +17,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -32,6 +39,27 @@ struct DiscoveryOptions {
   // Probes stay on a library this long after the last process unmapped it, so short-lived
   // processes and restarts do not churn attach/detach.
   std::chrono::milliseconds detach_linger{std::chrono::seconds(30)};
+  size_t max_libraries = 128;  // --max-libraries: library files with probes at once
+};
+
+// Library-mapping events from the ring-buffer thread to the discovery thread. push() only
+// takes a short lock; past `capacity` distinct pending processes an event is dropped and
+// counted (the next full scan finds the process). Thread-safety: any thread.
+class EventQueue {
+ public:
+  explicit EventQueue(size_t capacity = 4096) : capacity_(capacity) {}
+  void push(int tgid);
+  // The queued processes (each once, in arrival order), waiting up to `timeout` for one.
+  std::vector<int> wait(std::chrono::milliseconds timeout);
+  std::uint64_t dropped() const { return dropped_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int> queue_;
+  std::set<int> queued_;
+  size_t capacity_;
+  std::atomic<std::uint64_t> dropped_{0};
 };
 
 // Destroys probe sets on its own thread: detaching a uprobe waits for an RCU grace period
@@ -66,6 +94,8 @@ class Discovery {
   size_t traced_processes() const { return traced_processes_.load(); }
   size_t attached_libraries() const { return attached_libraries_.load(); }
   size_t attached_probes() const { return attached_probes_.load(); }
+  // Library files refused because max_libraries were traced (each file counted once).
+  std::uint64_t refused_libraries() const { return refused_libraries_.load(); }
 
  private:
   // tick() without the rescan: scan_all() ends with it (no recursion, however long a scan
@@ -97,11 +127,13 @@ class Discovery {
   const host::Procfs& fs_;
   std::map<FileKey, Library> libraries_;
   std::map<FileKey, std::string> failed_;  // attach failed; not retried for the same file
+  std::set<FileKey> refused_;              // over max_libraries (logged and counted once)
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;
   std::chrono::steady_clock::time_point last_full_scan_{};
   Reaper reaper_;  // probes still attached at shutdown are destroyed after it, on the caller
   std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
+  std::atomic<std::uint64_t> refused_libraries_{0};
 };
 
 }  // namespace stallwatch::trace

@@ -40,7 +40,7 @@ class IoSource : public Source {
       IoKey key{device(k.dev_major, k.dev_minor), op_name(k.op)};
       IoTotals t = bytes_histogram_of<IoTotals>(v);
       const int pid = static_cast<int>(k.tgid);
-      if (!ctx.alive(pid)) {
+      if (!ctx.alive(pid, k.start_tag)) {
         slot.retired.io[key].add(t);
         return true;
       }

@@ -42,7 +42,7 @@ class NcclSource : public Source {
       NcclKey key = bounded(slot.label, NcclKey{k.call_id, k.rank, k.world_size});
       NcclTotals t = bytes_histogram_of<NcclTotals>(v);
       const int pid = static_cast<int>(k.tgid);
-      if (!ctx.alive(pid)) {
+      if (!ctx.alive(pid, k.start_tag)) {
         slot.retired.nccl[key].add(t);
         return true;
       }

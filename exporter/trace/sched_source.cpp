@@ -72,7 +72,7 @@ class SchedSource : public Source {
                                              [&](const offcpu_key& k, const offcpu_stats& v) {
                                                CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
                                                const int pid = static_cast<int>(k.tgid);
-                                               if (!ctx.alive(pid)) {
+                                               if (!ctx.alive(pid, k.start_tag)) {
                                                  slot.retired.offcpu.add(totals_of(v));
                                                  return true;
                                                }
@@ -101,7 +101,7 @@ class SchedSource : public Source {
           std::string thread = name_of(v.id.comm);
           if (p.comm.empty()) p.comm = thread;
           if (thread == p.comm) thread.clear();
-          if (!ctx.alive(p.victim_pid)) {
+          if (!ctx.alive(p.victim_pid, k.victim_start_tag)) {
             // the victim's evidence outlives it
             merge(retired_[k.victim_cgroup_id], p, v.runnable_ns, thread);
             return true;

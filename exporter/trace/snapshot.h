@@ -73,6 +73,7 @@ struct ProcessInfo {
   std::int64_t start_ns = 0;  // unix time the process started; 0 when unknown
   OffcpuTotals offcpu;        // of its CUDA-issuing threads, cumulative
   std::vector<int> cpus;      // CPUs it may run on, read each window; empty when unknown
+  std::uint32_t start_tag = 0;  // the BPF maps' key part (host::Procfs::start_tag); 0 unknown
 };
 
 // ---- Host-side evidence (issue 4): memory, block I/O, network, NCCL. All cumulative. ----
@@ -214,6 +215,8 @@ struct ChainCount {
 struct StoreStats {
   bool configured = false;  // a --db was given (stallwatch_store_up is exported)
   bool enabled = false;     // and the store is open now (stallwatch_store_up 1)
+  bool failing = false;     // its last write or prune failed (stallwatch_store_up 0)
+  bool corrupt = false;     // a write found the database corrupt: it is to be moved aside
   std::uint64_t batches_written = 0;
   std::uint64_t rows_written = 0;
   std::uint64_t batches_dropped = 0;  // queue full: the writer fell behind
@@ -254,6 +257,8 @@ struct Snapshot {
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now
   std::uint64_t attached_libraries = 0;  // library files with probes now
   std::uint64_t attached_probes = 0;     // uprobe + uretprobe links now
+  std::uint64_t libraries_refused = 0;   // library files not traced: --max-libraries reached
+  std::uint64_t discovery_dropped = 0;   // library-mapping events dropped in user space
   bool ready = false;                    // probes attached; /healthz answers 200
   std::vector<ChainCount> chains;        // filled by the chain engine before publishing
   StoreStats store;                      // filled from the store before publishing

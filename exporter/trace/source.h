@@ -28,7 +28,10 @@ class SourceContext {
   // The cgroup's slot, created (and labelled) the first time the cgroup is seen.
   virtual CgroupSlot& cgroup(std::uint64_t cgroup_id) = 0;
   virtual std::string cgroup_path(std::uint64_t cgroup_id) = 0;  // "" when unknown
-  virtual bool alive(int pid) = 0;                               // cached for the pass
+  // Whether `pid` runs and is the process the kernel saw: `start_tag` is its start time from
+  // the map key (bpf/stallwatch.h SW_START_TAG_NS); an exited process whose PID was reused is
+  // not alive. 0: the PID alone decides. Cached for the pass.
+  virtual bool alive(int pid, std::uint32_t start_tag) = 0;
   // The series' entry for a live process (comm and start time read once per process).
   virtual ProcessInfo& process(Series& s, int pid) = 0;
   virtual bool known_process(int pid) = 0;  // a CUDA-issuing process the collector knows

@@ -177,6 +177,11 @@ TEST(ExplainFlagsTest, UnknownOptionIsUsage2) {
   EXPECT_EQ(o.error().message, "unrecognised option '--bogus'");
   EXPECT_EQ(parse_explain_options({"stray"}).error().message, "unexpected argument 'stray'");
   EXPECT_EQ(parse_explain_options({"--db", ""}).error().message, "--db needs a path");
+  EXPECT_EQ(parse_explain_options({})->timeout, 30s);
+  EXPECT_EQ(parse_explain_options({"--timeout", "2m"})->timeout, 2min);
+  EXPECT_EQ(parse_explain_options({"--timeout", "0"})->timeout, 0s);
+  EXPECT_EQ(parse_explain_options({"--timeout", "25h"}).error().message,
+            "--timeout 25h is out of range: use 100ms to 24h, or 0 for no limit");
   EXPECT_EQ(parse_explain_options({"--since=0s"}).error().message, "--since must be longer than 0");
   EXPECT_EQ(explain_main({"--bogus"}), 2);
   EXPECT_EQ(explain_main({"--help"}), 0);
@@ -212,7 +217,8 @@ TEST(QueryFlagsTest, UnknownOptionIsUsage2) {
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(o.err,
             "stallwatch query: unrecognised option '--frobnicate'\n"
-            "usage: stallwatch query [--db PATH] [--format table|csv|json] 'SQL' (see --help)\n");
+            "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout D] 'SQL' "
+            "(see --help)\n");
   EXPECT_EQ(query({"--format=yaml", "SELECT 1"}).code, 2);
   EXPECT_EQ(query({"SELECT", "1"}).code, 2);
   EXPECT_EQ(query({"--help"}).code, 0);

@@ -26,6 +26,7 @@ struct Entry {
   int pid;
   std::uint32_t call;
   std::uint64_t count;
+  std::uint32_t start_tag = 0;
 };
 
 // Like cuda_source.cpp over a map the test fills; records the hooks it saw.
@@ -42,7 +43,7 @@ class MapSource : public Source {
       CallTotals t;
       t.count = it->count;
       t.sum_ns = it->count * 1000;
-      if (!ctx.alive(it->pid)) {
+      if (!ctx.alive(it->pid, it->start_tag)) {
         slot.retired.calls[it->call].add(t);
         it = map.erase(it);
         continue;
@@ -74,11 +75,12 @@ class CollectorTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
 
-  void start_process(int pid, const std::string& comm) {
+  void start_process(int pid, const std::string& comm, int start_ticks = 100) {
     fs::create_directories(root_ / "proc" / std::to_string(pid));
     std::ofstream(root_ / "proc" / std::to_string(pid) / "comm") << comm << "\n";
     std::ofstream(root_ / "proc" / std::to_string(pid) / "stat")
-        << pid << " (" << comm << ") S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0";
+        << pid << " (" << comm << ") S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 " << start_ticks
+        << " 0 0";
   }
   void end_process(int pid) { fs::remove_all(root_ / "proc" / std::to_string(pid)); }
   std::uint64_t id_of(const std::string& cg) {
@@ -125,6 +127,32 @@ TEST_F(CollectorTest, SeriesByCgroupPathWithProcessNames) {
   EXPECT_EQ(snap->series.at("/b.slice").process_info.at(11).comm, "torchrun");
   EXPECT_EQ(snap->sequence, 1u);
   EXPECT_EQ(collect(*c)->sequence, 2u);
+}
+
+// A process exits and its PID is taken by a new one within the window: the kernel's entries are
+// keyed by (PID, start tag), so the exited one's counts are retired and the new one is its own
+// process with its own name (issue #15).
+TEST_F(CollectorTest, ReusedPidIsAnotherProcess) {
+  if (sysconf(_SC_CLK_TCK) != 100) GTEST_SKIP() << "the fixture's start ticks assume USER_HZ 100";
+  MapSource* src = nullptr;
+  auto c = make(src, 8);
+  const auto a = id_of("a.slice");
+  start_process(10, "python3", 100);
+  src->map = {{a, 10, 1, 5, 100}};
+  auto first = collect(*c);
+  EXPECT_EQ(first->series.at("/a.slice").process_info.at(10).comm, "python3");
+  end_process(10);
+  start_process(10, "imposter", 500);
+  src->map = {{a, 10, 1, 5, 100}, {a, 10, 1, 2, 500}};
+  auto snap = collect(*c);
+  const Series& s = snap->series.at("/a.slice");
+  EXPECT_EQ(s.calls.at(1).count, 7u) << "the exited one's 5 retired, the new one's 2 live";
+  ASSERT_EQ(s.processes.size(), 1u);
+  EXPECT_EQ(s.processes[0].totals.count, 2u);
+  ASSERT_EQ(s.process_info.count(10), 1u);
+  EXPECT_EQ(s.process_info.at(10).comm, "imposter");
+  ASSERT_EQ(src->map.size(), 1u) << "the exited one's entry is deleted";
+  EXPECT_EQ(src->map[0].start_tag, 500u);
 }
 
 TEST_F(CollectorTest, CgroupsPastTheLimitFoldIntoOverflow) {

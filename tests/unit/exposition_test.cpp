@@ -206,6 +206,8 @@ TEST(ExpositionTest, DaemonFamilies) {
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="call_nesting"} 15)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="host_ringbuf"} 16)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="host_map_full"} 17)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="library_limit"} 0)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="discovery_queue"} 0)"));
   EXPECT_EQ(text.find(R"(source="unknown")"), std::string::npos);
   EXPECT_TRUE(HasLine(text, "stallwatch_outliers_total 17"));
   EXPECT_TRUE(HasLine(text, "stallwatch_traced_processes 3"));
@@ -215,7 +217,7 @@ TEST(ExpositionTest, DaemonFamilies) {
   std::size_t lost = 0;
   for (const std::string& l : lines_of(text))
     lost += l.starts_with("stallwatch_events_lost_total{");
-  EXPECT_EQ(lost, static_cast<std::size_t>(SW_LOST_MAX));
+  EXPECT_EQ(lost, static_cast<std::size_t>(SW_LOST_MAX) + 2);  // + the daemon's two
 }
 
 TEST(ExpositionTest, LostSourceNames) {

@@ -194,9 +194,13 @@ TEST(ParseRunOptionsTest, RangesAreEnforced) {
         << flag << " " << value << ": " << message;
   }
   const auto edge = parse({"--window", "100ms", "--retention", "1m", "--outlier-threshold",
-                           "10us", "--detach-linger", "0s", "--max-cgroups", "100000"});
+                           "10us", "--detach-linger", "0s", "--max-cgroups", "100000",
+                           "--max-libraries", "4096"});
   ASSERT_TRUE(edge.ok()) << edge.error().message;
   EXPECT_EQ(edge->max_cgroups, 100000u);
+  EXPECT_EQ(edge->max_libraries, 4096u);
+  EXPECT_EQ(parse({"--max-libraries", "0"}).error().message,
+            "--max-libraries 0 is out of range: use 1 to 4096");
 }
 
 TEST(ParseRunOptionsTest, BadMaxCgroups) {
@@ -336,6 +340,7 @@ const std::map<std::string, std::string>& samples() {
       {"rescan-interval", "1m"},
       {"detach-linger", "5s"},
       {"max-cgroups", "16"},
+      {"max-libraries", "64"},
       {"kube-api", "none"},
       {"kube-node", "gpu-node-7"},
       {"kube-refresh", "2m"},

@@ -3,6 +3,7 @@
 // QueryTest.* call query_main directly; QueryBinaryTest.* run the real binary (STALLWATCH_BIN).
 #include "cli/query.h"
 
+#include <algorithm>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sqlite3.h>
@@ -246,8 +247,9 @@ TEST_F(QueryTest, Errors) {
 TEST_F(QueryTest, UsageErrorsAndHelp) {
   Outcome o = run_query({"--help"});
   EXPECT_EQ(o.code, 0);
-  EXPECT_TRUE(
-      o.out.starts_with("usage: stallwatch query [--db PATH] [--format table|csv|json] 'SQL'\n"));
+  EXPECT_TRUE(o.out.starts_with(
+      "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout DURATION] "
+      "'SQL'\n"));
   o = run_query({"--db", db_});
   EXPECT_EQ(o.code, 2);
   EXPECT_TRUE(o.err.starts_with("stallwatch query: no SQL statement given\n")) << o.err;
@@ -265,6 +267,38 @@ TEST_F(QueryTest, UsageErrorsAndHelp) {
 // A read-only copy (a WAL database in a directory the reader cannot write, so no -shm can be
 // created) is still read, through immutable=1. Root ignores permissions: the query then runs in
 // a child that drops to nobody.
+// An endless statement is stopped at --timeout with the rows so far printed and one line
+// saying what to do; out-of-range timeouts are usage errors (issue #15).
+TEST_F(QueryTest, TimeoutStopsAnEndlessStatementAndKeepsItsRows) {
+  const std::string endless =
+      "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT i FROM n";
+  Outcome o = run_query({"--db", db_, "--format", "csv", "--timeout", "300ms", endless});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_TRUE(o.out.starts_with("i\r\n1\r\n2\r\n3\r\n")) << o.out.substr(0, 40);
+  const size_t printed = std::count(o.out.begin(), o.out.end(), '\n') - 1;
+  EXPECT_GT(printed, 1000u);
+  EXPECT_EQ(o.err, "stallwatch query: stopped after 300ms (--timeout) with " +
+                       std::to_string(printed) +
+                       " rows printed; narrow the statement (a WHERE on t_ns, a LIMIT) or raise "
+                       "--timeout\n");
+  // The table form streams too: it prints after its first 1,000 rows, not at the end.
+  o = run_query({"--db", db_, "--timeout", "300ms", endless});
+  EXPECT_EQ(o.code, 1);
+  EXPECT_TRUE(o.out.starts_with("   i\n----\n   1\n   2\n")) << o.out.substr(0, 40);
+  EXPECT_NE(o.out.find("\n10000\n"), std::string::npos);  // wider than the sample: whole
+
+  o = run_query({"--db", db_, "--timeout", "10ms", "SELECT 1"});
+  EXPECT_EQ(o.code, 2);
+  EXPECT_TRUE(o.err.starts_with("stallwatch query: --timeout 10ms is out of range: use 100ms to "
+                                "24h, or 0 for no limit\n"))
+      << o.err;
+  o = run_query({"--db", db_, "--timeout", "0", "--format", "csv",
+                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 5) "
+                 "SELECT i FROM n"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "i\r\n1\r\n2\r\n3\r\n4\r\n5\r\n");
+}
+
 TEST_F(QueryTest, ReadsReadOnlyCopy) {
   ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
   ASSERT_FALSE(fs::exists(db_ + "-wal"));

@@ -3,12 +3,15 @@
 // an intact database, unwritable paths give one clear line.
 #include "store/store.h"
 
+#include "app/store_keeper.h"
+
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -622,6 +625,61 @@ TEST(StoreTest, WriteErrorsAreCountedNotFatal) {
   small.outliers.clear();
   EXPECT_TRUE(store->enqueue(small));
   store->flush();
+}
+
+// Corruption found while running: the write fails, the keeper closes the store, moves the file
+// aside (kept) and starts a new one that takes the next batch (issue #15).
+TEST(StoreKeeperTest, DatabaseCorruptedDuringARunIsMovedAsideAndReplaced) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  app::StoreKeeper keeper(options(path), std::chrono::seconds(60));
+  const auto t0 = app::StoreKeeper::Clock::now();
+  Store* store = keeper.get(t0);
+  ASSERT_NE(store, nullptr);
+  const std::int64_t ts = now_ns();
+  ASSERT_TRUE(store->enqueue(batch(ts)));
+  store->flush();
+  ASSERT_EQ(store->stats().write_errors, 0u);
+  {
+    // Another writer changes the WAL (so the store's page cache is dropped), then everything
+    // after page 1 is overwritten with garbage, as a failing disk or a stray `dd` would.
+    auto other = open_plain(path);
+    ASSERT_TRUE(exec(other.get(), "PRAGMA wal_checkpoint(TRUNCATE); CREATE TABLE x(a); "
+                                  "DROP TABLE x"));
+    const auto size = fs::file_size(path);
+    ASSERT_GT(size, 8192u);
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 4096, SEEK_SET);
+    const std::string junk(size - 4096, '\xa5');
+    std::fwrite(junk.data(), 1, junk.size(), f);
+    std::fclose(f);
+  }
+  ASSERT_TRUE(store->enqueue(batch(ts + kSecond)));
+  store->flush();
+  const StoreStats broken = store->stats();
+  EXPECT_GE(broken.write_errors, 1u);
+  EXPECT_TRUE(broken.failing);
+  ASSERT_TRUE(broken.corrupt);
+
+  Store* fresh = keeper.get(t0 + std::chrono::seconds(1));
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_TRUE(keeper.up());
+  std::vector<std::string> aside;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("sw.db.corrupt-") && !name.ends_with("-wal") && !name.ends_with("-shm")) {
+      aside.push_back(name);
+    }
+  }
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_GT(fs::file_size(dir.file(aside[0])), 8192u);  // kept as it was, never deleted
+  ASSERT_TRUE(fresh->enqueue(batch(ts + 2 * kSecond)));
+  fresh->flush();
+  EXPECT_EQ(fresh->stats().batches_written, 1u);
+  EXPECT_FALSE(fresh->stats().failing);
+  auto db = open_plain(path);
+  EXPECT_EQ(scalar(db.get(), "SELECT count(*) FROM windows"), 1);
 }
 
 // A writer killed with SIGKILL at any moment leaves a database that passes integrity_check.
