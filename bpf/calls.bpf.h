@@ -40,7 +40,8 @@ static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
 	cgroup_id = bpf_get_current_cgroup_id();
 	if (t->cgroup_id != cgroup_id) {
 		t->cgroup_id = cgroup_id;
-		bpf_map_update_elem(&watched_cgroups, &cgroup_id, &one, BPF_ANY);
+		if (bpf_map_update_elem(&watched_cgroups, &cgroup_id, &one, BPF_ANY))
+			sw_count_lost(SW_LOST_WATCHED_CGROUPS);
 	}
 	return t;
 }

@@ -38,6 +38,7 @@ enum sw_lost_source {
 	SW_LOST_NESTING,             /* call not tracked: nested deeper than SW_MAX_DEPTH */
 	SW_LOST_HOST_RINGBUF,        /* host event (OOM kill) dropped: ring buffer full */
 	SW_LOST_HOST_MAP,            /* host or NCCL statistic not aggregated: its map is full */
+	SW_LOST_WATCHED_CGROUPS,     /* a CUDA cgroup not watched (host hooks blind): map full */
 	SW_LOST_MAX,
 };
 

@@ -11,6 +11,7 @@
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -27,9 +29,11 @@
 
 #include "cli/flags.h"
 #include "common/json.h"
+#include "common/size.h"
 #include "common/strings.h"
 #include "identity/kube_metadata.h"
 #include "metrics/otlp/config.h"
+#include "store/report.h"
 #include "trace/proc_maps.h"
 
 namespace stallwatch::cli {
@@ -187,6 +191,63 @@ CheckItem kubernetes_check() {
             "the log line above says why; RBAC: deploy/kubernetes/rbac.yaml"};
   }
   return {"kubernetes", Status::kOk, std::to_string(st.pods) + " pods on " + where, ""};
+}
+
+// The chain store as `run --db PATH` would find it. Never fails the check: the store may fail,
+// tracing goes on without it (app/store_keeper.h); what it says is what run would do.
+CheckItem store_check(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path == "none") return {"store", Status::kOk, "off (--db none)", ""};
+  std::error_code ec;
+  const fs::path file(path);
+  fs::path dir = file.parent_path();
+  if (dir.empty()) dir = ".";
+  std::string aside;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with(file.filename().string() + ".corrupt-") && !name.ends_with("-wal") &&
+        !name.ends_with("-shm")) {
+      aside = escape_name(e.path().string());
+    }
+  }
+  const std::string moved = aside.empty() ? "" : "; a corrupt database was moved aside to " +
+                                                     aside + " (kept for you to inspect)";
+  struct statvfs vfs {};
+  const bool have_vfs = ::statvfs(fs::exists(dir, ec) ? dir.c_str() : "/", &vfs) == 0;
+  const std::uint64_t free_bytes =
+      have_vfs ? static_cast<std::uint64_t>(vfs.f_bavail) * vfs.f_frsize : 0;
+  const std::string free_text = have_vfs ? ", " + format_size(free_bytes) + " free" : "";
+  if (!fs::exists(file, ec)) {
+    if (fs::exists(dir, ec) && ::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return {"store", Status::kWarn,
+              "no database at " + escape_name(path) + " and " + escape_name(dir.string()) +
+                  " is not writable: run keeps no store until it is (tracing goes on)" + moved,
+              "make the directory writable by the daemon, or pass --db with another path"};
+    }
+    return {"store", Status::kOk,
+            "no database yet at " + escape_name(path) + "; run creates it" + free_text + moved,
+            ""};
+  }
+  auto db = store::open_report_db(path);
+  if (!db) {
+    return {"store", Status::kWarn,
+            db.error().message + ": run moves a corrupt file aside and starts a new one, and "
+                                 "runs without a store it cannot open (tracing goes on)" + moved,
+            "see docs/store.md; pass --db with another path to keep this one untouched"};
+  }
+  const auto wal = fs::file_size(path + "-wal", ec);
+  const std::uint64_t bytes = fs::file_size(file, ec) + (ec ? 0 : wal);
+  std::string detail = escape_name(path) + ": " + format_size(bytes) + " with its WAL" + free_text;
+  if (have_vfs && free_bytes < (64ull << 20)) {
+    return {"store", Status::kWarn, detail + "; the file system is nearly full" + moved,
+            "free disk space or lower --max-db: the store prunes its oldest windows, and stops "
+            "writing (tracing goes on) when nothing is left to prune"};
+  }
+  if (::access(path.c_str(), W_OK) != 0) {
+    return {"store", Status::kWarn, detail + "; not writable by this user" + moved,
+            "run as root (the unit does), or make the file writable"};
+  }
+  return {"store", aside.empty() ? Status::kOk : Status::kWarn, detail + moved, ""};
 }
 
 CheckItem uprobes_check() {
@@ -365,7 +426,7 @@ std::vector<CheckItem> run_preflight_checks() {
   return {btf_check(), capabilities_check(), tp_btf_check(), uprobes_check(), cgroup_check()};
 }
 
-CheckReport run_checks() {
+CheckReport run_checks(const std::string& db) {
   CheckReport r;
   r.items.push_back(kernel_check());
   auto preflight = run_preflight_checks();
@@ -376,6 +437,7 @@ CheckReport run_checks() {
   r.items.push_back(memlock_check());
   r.items.push_back(otlp_check());
   r.items.push_back(kubernetes_check());
+  r.items.push_back(store_check(db));
   r.items.push_back(cuda_libraries_check(r.libraries));
   return r;
 }
@@ -418,16 +480,26 @@ std::string render_json(const CheckReport& report) {
   return dump_json(out);
 }
 
-const char* const kCheckUsage = "usage: stallwatch check [--json]\n";
+const char* const kCheckUsage =
+    "usage: stallwatch check [--db PATH] [--json]\n"
+    "\n"
+    "Says whether this host can be traced and how to fix what is missing.\n"
+    "  --db PATH   the store run would use (default /var/lib/stallwatch/stallwatch.db): its\n"
+    "              size, free space, and what run will do if it cannot be opened\n"
+    "  --json      one JSON object instead of text\n";
 
 Result<CheckOptions> parse_check_options(const std::vector<std::string>& args) {
   po::options_description desc;
-  desc.add_options()("help,h", "")("json", "");
+  desc.add_options()("help,h", "")("json", "")("db", po::value<std::string>(), "");
   auto vm = parse_flags(args, desc);
   if (!vm) return vm.error();
   CheckOptions o;
   o.help = vm->count("help") > 0;
   o.json = vm->count("json") > 0;
+  if (vm->count("db")) {
+    o.db = (*vm)["db"].as<std::string>();
+    if (o.db.empty()) return make_error("--db needs a path");
+  }
   return o;
 }
 
@@ -435,14 +507,14 @@ int check_main(const std::vector<std::string>& args) {
   auto o = parse_check_options(args);
   if (!o) {
     std::cerr << "stallwatch check: " << o.error().message
-              << " (usage: stallwatch check [--json])\n";
+              << " (usage: stallwatch check [--db PATH] [--json])\n";
     return 2;
   }
   if (o->help) {
     std::cout << kCheckUsage;
     return 0;
   }
-  const CheckReport report = run_checks();
+  const CheckReport report = run_checks(o->db);
   std::cout << (o->json ? render_json(report) + "\n" : render_text(report)) << std::flush;
   return report.tracing_possible() ? 0 : 1;
 }

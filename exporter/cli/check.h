@@ -52,7 +52,7 @@ struct CheckReport {
 // The checks without which no probe can load (btf, capabilities, tp_btf, uprobes, cgroup), in
 // that order; `run` uses them before loading, without the CUDA library scan.
 std::vector<CheckItem> run_preflight_checks();
-CheckReport run_checks();
+CheckReport run_checks(const std::string& db = "/var/lib/stallwatch/stallwatch.db");
 // Human output: a header, one aligned line per item, the CUDA libraries, a verdict line.
 std::string render_text(const CheckReport& report);
 // One JSON object (no trailing newline):
@@ -60,10 +60,11 @@ std::string render_text(const CheckReport& report);
 //  "libraries":[{"path","kind","mapped","pids":[...],"processes":[...]}]}
 std::string render_json(const CheckReport& report);
 struct CheckOptions {
+  std::string db = "/var/lib/stallwatch/stallwatch.db";  // --db: the store to look at
   bool json = false;  // --json
   bool help = false;  // -h, --help
 };
-// "usage: stallwatch check [--json]\n"
+// "usage: stallwatch check [--db PATH] [--json]\n"
 extern const char* const kCheckUsage;
 // args exclude the program and subcommand names.
 Result<CheckOptions> parse_check_options(const std::vector<std::string>& args);

@@ -1,6 +1,8 @@
 #include "trace/attach.h"
 
 #include <bpf/libbpf.h>
+#include <dirent.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,6 +35,18 @@ Result<LinkPtr> attach_one(bpf_program* prog, const std::string& path, std::uint
   return LinkPtr(link);
 }
 
+// File descriptors this process may still open (RLIMIT_NOFILE minus those open); -1 unknown.
+long free_descriptors() {
+  struct rlimit l {};
+  if (getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return -1;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  long open = -1;  // the directory's own descriptor is listed too
+  while (const dirent* e = ::readdir(d)) open += e->d_name[0] != '.';
+  ::closedir(d);
+  return static_cast<long>(l.rlim_cur) - open;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms& programs,
@@ -60,6 +74,15 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
     return make_error(path + ": exports none of the traced " + std::string(api_name(api)) +
                       " calls (stripped or not a CUDA library?)");
   }
+  // Two descriptors per probe and pair: find out before attaching, rather than attach part of
+  // the set and give it back (each detach waits for an RCU grace period).
+  const long needed = 4 * static_cast<long>(targets.size()) + 8;
+  if (const long free = free_descriptors(); free >= 0 && free < needed) {
+    return make_error(path + ": " + std::to_string(targets.size()) + " probe pairs need " +
+                          std::to_string(needed) + " file descriptors, " + std::to_string(free) +
+                          " are free (RLIMIT_NOFILE): Too many open files",
+                      EMFILE);
+  }
   Error last;
   for (const auto& [offset, target] : targets) {
     auto in = attach_one(enter, path, offset, target.first, false);
@@ -78,6 +101,18 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
   }
   if (probes->links_.empty()) {
     return make_error(path + ": no probe could be attached: " + last.message, last.err);
+  }
+  if (probes->attached_symbols_.size() < targets.size()) {
+    // Out of file descriptors or memory part way: a partial set would stay partial for good
+    // (the file counts as traced). Give it all back and let discovery retry the whole file.
+    if (last.err == EMFILE || last.err == ENFILE || last.err == ENOMEM) {
+      const size_t attached = probes->attached_symbols_.size();
+      probes.reset();
+      return make_error(path + ": only " + std::to_string(attached) + " of " +
+                            std::to_string(targets.size()) + " probes could be attached: " +
+                            last.message,
+                        last.err);
+    }
   }
   return probes;
 }

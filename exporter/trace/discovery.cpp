@@ -144,13 +144,21 @@ bool Discovery::scan_process(int pid) {
       if (!probes) {
         // A file that cannot be traced stays so; a transient failure is retried next scan.
         const bool again = transient(probes.error().err);
-        SW_LOG(kWarn) << "not tracing " << escape_name(lib.path) << " (pid " << pid
-                      << "): " << probes.error().message
-                      << (again ? " (retried at the next scan)" : "");
+        // A transient failure is logged once per file until it is traced (retries are many).
+        const bool first = !again || retrying_.insert(key).second;
+        const std::string why = "not tracing " + escape_name(lib.path) + " (pid " +
+                                std::to_string(pid) + "): " + probes.error().message +
+                                (again ? " (retried at the next scan)" : "");
+        if (first) {
+          SW_LOG(kWarn) << why;
+        } else {
+          SW_LOG(kDebug) << why;
+        }
         if (!again) failed_.emplace(key, probes.error().message);
         continue;
       }
       refused_.erase(key);
+      retrying_.erase(key);
       SW_LOG(kInfo) << "tracing " << escape_name(lib.path) << " (" << api_name(lib.api) << ", pid " << pid
                     << "): " << (*probes)->attached_symbols().size() << " symbols, "
                     << (*probes)->probe_count() << " probes";

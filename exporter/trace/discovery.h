@@ -128,6 +128,7 @@ class Discovery {
   std::map<FileKey, Library> libraries_;
   std::map<FileKey, std::string> failed_;  // attach failed; not retried for the same file
   std::set<FileKey> refused_;              // over max_libraries (logged and counted once)
+  std::set<FileKey> retrying_;             // transient failure logged, retried until traced
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;
   std::chrono::steady_clock::time_point last_full_scan_{};

@@ -265,8 +265,8 @@ Result<int> Tracer::poll(std::chrono::milliseconds timeout) {
   return n < 0 ? 0 : n;
 }
 
-std::array<std::uint64_t, 8> read_lost(int lost_map_fd) {
-  std::array<std::uint64_t, 8> out{};
+std::array<std::uint64_t, kLostSources> read_lost(int lost_map_fd) {
+  std::array<std::uint64_t, kLostSources> out{};
   int ncpu = libbpf_num_possible_cpus();
   if (ncpu <= 0) return out;
   std::vector<__u64> per_cpu(static_cast<size_t>(ncpu));

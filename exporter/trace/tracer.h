@@ -72,6 +72,6 @@ class Tracer {
 };
 
 // Sum of the per-CPU lost-event counters, by enum sw_lost_source.
-std::array<std::uint64_t, 8> read_lost(int lost_map_fd);
+std::array<std::uint64_t, kLostSources> read_lost(int lost_map_fd);
 
 }  // namespace stallwatch::trace

@@ -6,12 +6,15 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -66,6 +69,122 @@ TEST(Attack, HostileCgroupNameKeepsTheScrapeValid) {
     std::remove(path.c_str());
     EXPECT_NE(lint.find("rc=0"), std::string::npos) << lint;
   }
+}
+
+// A CUDA process exits and a new one gets its PID before the daemon reads the maps (forced
+// with /proc/sys/kernel/ns_last_pid): the kernel keys carry the process start, so the new
+// process shows its own 3 calls, not 8 merged with the dead one's (issue #15).
+TEST(Attack, ReusedPidDoesNotMergeTwoProcesses) {
+  Daemon daemon({"--window", "1s"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  TestCgroup cg("sw-pid-reuse-" + std::to_string(getpid()));
+  Spawn first;
+  first.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "300", "--calls",
+                "cudaMemset:5"};
+  first.cgroup_dir = cg.dir();
+  const pid_t reused = spawn(first);
+  ASSERT_EQ(wait_exit(reused), 0);
+
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  Spawn second = first;
+  second.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaMemset:3",
+                 "--iterations", "2", "--wait-fd", std::to_string(go[0])};
+  second.pass_fds = {go[0]};
+  ASSERT_EQ(::write(go[1], "g", 1), 1);  // the first iteration runs, the second waits
+  pid_t pid = -1;
+  for (int attempt = 0; attempt < 20 && pid != reused; ++attempt) {
+    if (pid > 0) kill_and_reap(pid);
+    std::ofstream("/proc/sys/kernel/ns_last_pid") << reused - 1 << std::flush;
+    pid = spawn(second);
+  }
+  if (pid != reused) {
+    kill_and_reap(pid);
+    GTEST_SKIP() << "could not get PID " << reused << " again (a busy host forks meanwhile)";
+  }
+  // The new process has made its 3 calls once the daemon has read two windows after them.
+  std::string json;
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  const std::string own =
+      "{\"pid\":" + std::to_string(reused) + ",\"call\":\"cudaMemset\",\"count\":3,";
+  while (std::chrono::steady_clock::now() < deadline) {
+    json = daemon.snapshot_json();
+    if (json.find(own) != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  const auto samples = parse_exposition(daemon.metrics());
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  ::close(go[1]);
+  ::close(go[0]);
+  EXPECT_EQ(wait_exit(pid), 0);
+  EXPECT_NE(json.find(own), std::string::npos) << json;
+  const std::string merged =
+      "{\"pid\":" + std::to_string(reused) + ",\"call\":\"cudaMemset\",\"count\":8,";
+  EXPECT_EQ(json.find(merged), std::string::npos) << "two processes merged: " << json;
+  // The workload's total keeps the exited process's calls (retired, not lost).
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            8);
+}
+
+// Out of file descriptors while attaching (each probe holds fds): the library is not traced
+// yet, the failure is not remembered as permanent, and once descriptors are free again the
+// next process that maps the same file gets it traced (issue #15: EMFILE was cached for good).
+TEST(Attack, OutOfFileDescriptorsIsRetried) {
+  Daemon daemon({"--rescan-interval", "1s"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  // A copy of the library: a new inode, which the daemon has to attach to.
+  const std::string dir = "/tmp/stallwatch-emfile-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string copy = dir + "/libcudart.so.12";
+  std::filesystem::copy_file(kCudart, copy, std::filesystem::copy_options::overwrite_existing);
+  size_t open_fds = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/fd")) {
+    (void)e;
+    ++open_fds;
+  }
+  // Room for /proc reads, the ELF file and scrapes, not for ~40 probes of two fds each.
+  // Only the soft limit: raising a hard limit back needs CAP_SYS_RESOURCE, which this VM's
+  // root lacks.
+  struct rlimit tight {};
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &tight), 0);
+  const rlim_t hard = tight.rlim_max;
+  tight.rlim_cur = open_fds + 16;
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  TestCgroup cg("sw-emfile-" + std::to_string(getpid()));
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", "300", "--calls",
+            "cudaMemset:4"};
+  s.cgroup_dir = cg.dir();
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  // Refused before any probe is attached (no partial set to give back), logged at once.
+  std::string log;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         log.find("(retried at the next scan)") == std::string::npos) {
+    std::this_thread::sleep_for(100ms);
+    log = capture("cat " + daemon.log_path());
+  }
+  EXPECT_NE(log.find("(retried at the next scan)"), std::string::npos) << log;
+  EXPECT_NE(log.find("file descriptors"), std::string::npos) << log;
+  EXPECT_EQ(log.find("libbpf"), std::string::npos) << "attached part of the set: " << log;
+  auto before = find_sample(parse_exposition(daemon.metrics()),
+                            "stallwatch_cuda_call_duration_seconds_count",
+                            {{"cgroup", cg.label()}, {"call", "cudaMemset"}});
+  EXPECT_FALSE(before.has_value()) << "traced without its probes?";
+
+  struct rlimit roomy {};
+  roomy.rlim_cur = roomy.rlim_max = hard;
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &roomy, nullptr), 0) << std::strerror(errno);
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()),
+                        "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            4)
+      << capture("tail -20 " + daemon.log_path());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Attack, IdleSocketsDoNotTakeTheEndpointDown) {

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "support/harness.h"
@@ -172,6 +173,30 @@ TEST(Cli, WithoutCapabilitiesRunNamesThemAndCheckFails) {
   auto c = run(drop + kBin + " check");
   EXPECT_EQ(c.status, 1);
   EXPECT_NE(c.output.find("tracing: NOT possible"), std::string::npos) << c.output;
+}
+
+// check reports the store run would use, and what run will do with it; a store it cannot
+// open is a warning, never a reason to say tracing is impossible (issue #15).
+TEST(Cli, CheckReportsTheStore) {
+  const std::string dir = "/tmp/stallwatch-check-store-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  auto fresh = run(kBin + " check --db " + dir + "/new.db");
+  EXPECT_EQ(fresh.status, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("no database yet at " + dir + "/new.db; run creates it"),
+            std::string::npos)
+      << fresh.output;
+  std::ofstream(dir + "/bad.db") << std::string(8192, 'Z');
+  auto bad = run(kBin + " check --json --db " + dir + "/bad.db");
+  EXPECT_EQ(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("\"detail\":\"" + dir + "/bad.db: file is not a database: "),
+            std::string::npos)
+      << bad.output;
+  EXPECT_NE(bad.output.find("run moves a corrupt file aside and starts a new one"),
+            std::string::npos)
+      << bad.output;
+  EXPECT_NE(bad.output.find("\"name\":\"store\",\"status\":\"warn\""), std::string::npos)
+      << bad.output;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Cli, CheckPassesHereAndJsonSaysSo) {

@@ -206,6 +206,7 @@ TEST(ExpositionTest, DaemonFamilies) {
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="call_nesting"} 15)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="host_ringbuf"} 16)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="host_map_full"} 17)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="watched_cgroups_full"} 18)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="library_limit"} 0)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="discovery_queue"} 0)"));
   EXPECT_EQ(text.find(R"(source="unknown")"), std::string::npos);
