@@ -6,7 +6,7 @@ LISTEN ?= 0.0.0.0:9464
 DB ?= /var/lib/stallwatch/stallwatch.db
 
 .PHONY: all deps build run test test-unit test-privileged test-e2e test-asan fuzz fuzz-smoke \
-	accuracy bench clean
+	accuracy bench clean deb
 
 all: build
 
@@ -18,6 +18,14 @@ $(BUILD)/CMakeCache.txt:
 
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
+
+# build/stallwatch_<version>_<arch>.deb (CPack, Depends from dpkg-shlibdeps). Configures again
+# first so that the package's version is the current commit's, as `stallwatch version` prints.
+deb: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && cpack -G DEB
+	@ls $(BUILD)/stallwatch_*.deb
 
 run: build
 	mkdir -p $(dir $(DB))

@@ -58,6 +58,7 @@
 #include "metrics/otlp/metrics_encoder.h"
 #include "metrics/otlp/wire.h"
 #include "trace/calls.h"
+#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 namespace sw = stallwatch;
 using SteadyClock = std::chrono::steady_clock;

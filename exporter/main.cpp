@@ -10,6 +10,7 @@
 #include "cli/explain.h"
 #include "cli/query.h"
 #include "app/daemon.h"
+#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 namespace {
 

@@ -15,6 +15,7 @@ packages=(
   libcurl4-openssl-dev nlohmann-json3-dev
   prometheus prometheus-alertmanager curl
   yamllint systemd
+  help2man dpkg-dev lintian mmdebstrap fakeroot
   iproute2 nftables util-linux procps
 )
 

@@ -32,6 +32,7 @@
 #include "trace/discovery.h"
 #include "host/host_sampler.h"
 #include "trace/tracer.h"
+#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 extern "C" {
 }

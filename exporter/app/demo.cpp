@@ -16,6 +16,7 @@
 #include "metrics/http_server.h"
 #include "metrics/otlp/pusher.h"
 #include "store/store.h"
+#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 namespace stallwatch::cli {
 namespace {

@@ -35,6 +35,7 @@
 #include "metrics/otlp/config.h"
 #include "store/report.h"
 #include "trace/proc_maps.h"
+#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 namespace stallwatch::cli {
 namespace {
