@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "support/harness.h"
 
@@ -109,6 +111,40 @@ TEST(Cli, CorruptDatabaseIsMovedAsideAndANewOneStarted) {
   EXPECT_EQ(slurp(aside), garbage) << "the old file is kept as it was";
   EXPECT_EQ(slurp(path).rfind("SQLite format 3", 0), 0u) << "a new database in its place";
   for (const std::string& f : {path, path + "-wal", path + "-shm", aside}) unlink(f.c_str());
+}
+
+// A file system that fills up while the daemon writes: the writes fail and are counted,
+// stallwatch_store_up drops to 0 and /metrics keeps answering; once there is room again the
+// store takes writes again without a restart (issue #15).
+TEST(Cli, FullFileSystemDuringARunTurnsTheStoreOffUntilThereIsRoom) {
+  const std::string dir = "/tmp/stallwatch-cli-full-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(run("mount -t tmpfs -o size=4m tmpfs " + dir).status, 0) << "tmpfs is needed";
+  {
+    Daemon d({"--db", dir + "/sw.db"});
+    ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+    ASSERT_TRUE(d.wait_windows());
+    auto wait_for = [&](const std::string& line) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (d.metrics().find(line) != std::string::npos) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      return false;
+    };
+    EXPECT_TRUE(wait_for("\nstallwatch_store_up 1\n")) << d.metrics();
+    run("dd if=/dev/zero of=" + dir + "/filler bs=64k");  // until the file system is full
+    EXPECT_TRUE(wait_for("\nstallwatch_store_up 0\n")) << d.metrics();
+    const auto samples = parse_exposition(d.metrics());
+    EXPECT_GT(find_sample(samples, "stallwatch_store_write_errors_total", {}).value_or(0), 0);
+    std::filesystem::remove(dir + "/filler");
+    EXPECT_TRUE(wait_for("\nstallwatch_store_up 1\n")) << d.metrics();
+    EXPECT_EQ(d.stop(), 0);
+    const std::string log = slurp(d.log_path());
+    EXPECT_NE(log.find("free disk space or lower --max-db"), std::string::npos) << log;
+  }
+  run("umount " + dir);
+  std::filesystem::remove_all(dir);
 }
 
 // A database from a newer stallwatch: left untouched, the store stays off, tracing goes on.
