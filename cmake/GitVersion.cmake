@@ -2,11 +2,12 @@
 # PROJECT_VERSION+git<commits>.<sha> (a valid Debian upstream version; the repository has no
 # tags yet), or PROJECT_VERSION alone outside a git checkout.
 #
-# Two uses:
+# Three uses:
 # - include()d at configure time: sets STALLWATCH_FULL_VERSION and STALLWATCH_REVISION (CPack);
 # - run as a script at every build (cmake -P, with BASE_VERSION, SOURCE_DIR and OUTPUT set):
 #   writes OUTPUT, a header with both as macros, rewriting it only when they change, so a new
-#   commit recompiles the few files that print the version and nothing else.
+#   commit recompiles the few files that print the version and nothing else;
+# - by cmake/CPackProject.cmake when cpack packages, for the commit being packaged.
 
 function(stallwatch_git_version base source_dir out_version out_revision)
   execute_process(COMMAND git rev-list --count HEAD WORKING_DIRECTORY "${source_dir}"
@@ -21,6 +22,10 @@ function(stallwatch_git_version base source_dir out_version out_revision)
     set(${out_revision} "unknown" PARENT_SCOPE)
   endif()
 endfunction()
+
+if(STALLWATCH_GIT_VERSION_FUNCTION_ONLY)
+  return()  # cmake/CPackProject.cmake wants the function only
+endif()
 
 if(CMAKE_SCRIPT_MODE_FILE)
   stallwatch_git_version("${BASE_VERSION}" "${SOURCE_DIR}" _version _revision)

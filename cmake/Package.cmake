@@ -50,22 +50,20 @@ install(DIRECTORY docs/runbooks/ DESTINATION "${CMAKE_INSTALL_DOCDIR}/runbooks")
 install(FILES packaging/copyright DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 install(FILES "${STALLWATCH_GENERATED}/changelog.gz" DESTINATION "${CMAKE_INSTALL_DOCDIR}")
 
-# A Debian changelog (lintian requires one): this version, from the last commit's date.
-execute_process(COMMAND git log -1 --format=%aD WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}"
-  OUTPUT_VARIABLE _date OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-if(NOT _date)
-  set(_date "Tue, 24 Nov 2026 00:00:00 +0000")
-endif()
-file(WRITE "${STALLWATCH_GENERATED}/changelog"
-  "stallwatch (${STALLWATCH_FULL_VERSION}) unstable; urgency=medium\n\n"
-  "  * Built from git revision ${STALLWATCH_REVISION}.\n\n"
-  " -- stallwatch developers <stallwatch@example.org>  ${_date}\n")
-execute_process(COMMAND "${GZIP}" -9nf "${STALLWATCH_GENERATED}/changelog")
+# A Debian changelog (lintian requires one), written for the version being packaged by
+# cmake/CPackProject.cmake when cpack runs; here only so that `cmake --install` has one.
+set(CPACK_STALLWATCH_SOURCE_DIR "${CMAKE_SOURCE_DIR}")
+set(CPACK_STALLWATCH_GENERATED "${STALLWATCH_GENERATED}")
+set(CPACK_STALLWATCH_BASE_VERSION "${PROJECT_VERSION}")
+set(STALLWATCH_GIT_VERSION_FUNCTION_ONLY ON)
+set(CPACK_PACKAGE_VERSION "${STALLWATCH_FULL_VERSION}")
+include(cmake/CPackProject.cmake)
+unset(STALLWATCH_GIT_VERSION_FUNCTION_ONLY)
+set(CPACK_PROJECT_CONFIG_FILE "${CMAKE_SOURCE_DIR}/cmake/CPackProject.cmake")
 
 # CPack: build/stallwatch_<version>_<arch>.deb
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME stallwatch)
-set(CPACK_PACKAGE_VERSION "${STALLWATCH_FULL_VERSION}")
 set(CPACK_PACKAGE_CONTACT "stallwatch developers <stallwatch@example.org>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
     "eBPF daemon that explains slow CUDA calls by host contention")

@@ -19,14 +19,13 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  run       trace CUDA calls and the scheduler; serve /metrics (see run --help)\n"
-    "  check     can this host trace? kernel, BTF, capabilities, cgroups, CUDA libraries\n"
-    "            (--json for machine-readable output)\n"
+    "  check     can this host trace? kernel, BTF, capabilities, cgroups, CUDA libraries,\n"
+    "            the store (--db PATH, --json for machine-readable output)\n"
     "  explain   the incident report: causal chains with root cause, effect and fix\n"
-    "            (--since 1h, --cgroup PATH, --per-process, --json)\n"
-    "  query     read-only SQL over the chain store (--format table|csv|json)\n"
+    "            (--since 1h, --cgroup PATH, --per-process, --json, --timeout 30s)\n"
+    "  query     read-only SQL over the chain store (--format table|csv|json, --timeout 30s)\n"
     "  demo      a synthetic incident through the real engine, store and /metrics; no root,\n"
-    "            no GPU (incident, cpu-contention, cold-start, memcpy-bottleneck,\n"
-    "            periodic-spike, gpu-steal)\n"
+    "            no GPU (incident and ten more scenarios: see demo --help)\n"
     "  version   print the version\n";
 
 }  // namespace
