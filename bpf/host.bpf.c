@@ -63,7 +63,7 @@ static __always_inline void reclaim_begin(__u32 kind)
 	r.ts_ns = bpf_ktime_get_ns();
 	r.cgroup_id = cgroup_id;
 	r.kind = kind;
-	if (bpf_map_update_elem(&reclaim_starts, &tid, &r, BPF_ANY))
+	if (sw_lru_update(&reclaim_starts, &tid, &r, SW_LRU_RECLAIM_STARTS))
 		sw_count_lost(SW_LOST_HOST_MAP);
 }
 
@@ -79,7 +79,7 @@ static __always_inline void reclaim_end(void)
 	if (!p)
 		return;
 	r = *p;
-	bpf_map_delete_elem(&reclaim_starts, &tid);
+	sw_lru_delete(&reclaim_starts, &tid, SW_LRU_RECLAIM_STARTS);
 	if (!r.ts_ns)
 		return;
 	dur = bpf_ktime_get_ns() - r.ts_ns;

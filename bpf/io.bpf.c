@@ -65,7 +65,7 @@ int BPF_PROG(block_io_start, struct request *rq)
 	if (s.key.op == SW_REQ_OP_WRITE && s.bytes == 0)
 		s.key.op = SW_REQ_OP_FLUSH;
 	s.ts_ns = bpf_ktime_get_ns();
-	bpf_map_update_elem(&io_inflight, &key, &s, BPF_ANY);
+	sw_lru_update(&io_inflight, &key, &s, SW_LRU_IO_INFLIGHT);
 	return 0;
 }
 
@@ -89,7 +89,7 @@ int BPF_PROG(block_io_done, struct request *rq)
 		if (dur > st->max_ns)
 			st->max_ns = dur;
 	}
-	bpf_map_delete_elem(&io_inflight, &key);
+	sw_lru_delete(&io_inflight, &key, SW_LRU_IO_INFLIGHT);
 	return 0;
 }
 

@@ -79,6 +79,46 @@ static __always_inline void sw_count_lost(__u32 source)
 		*v += 1;
 }
 
+/* Inserts and deletes of the LRU maps, per enum sw_lru_map. */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SW_LRU_MAX);
+	__type(key, __u32);
+	__type(value, struct sw_lru_ops);
+} lru_ops SEC(".maps");
+
+/*
+ * Inserts or replaces an LRU map's entry, counting a new key in lru_ops. BPF_NOEXIST first:
+ * only a new key is an insert (and only an insert can evict).
+ */
+static __always_inline long sw_lru_update(void *map, const void *key, const void *value,
+					  __u32 lru)
+{
+	long err = bpf_map_update_elem(map, key, value, BPF_NOEXIST);
+	struct sw_lru_ops *ops;
+
+	if (err == -17 /* EEXIST */)
+		return bpf_map_update_elem(map, key, value, BPF_ANY);
+	if (err)
+		return err;
+	ops = bpf_map_lookup_elem(&lru_ops, &lru);
+	if (ops)
+		ops->inserts += 1;
+	return 0;
+}
+
+/* Deletes an LRU map's entry, counting it in lru_ops when it was there. */
+static __always_inline void sw_lru_delete(void *map, const void *key, __u32 lru)
+{
+	struct sw_lru_ops *ops;
+
+	if (bpf_map_delete_elem(map, key))
+		return;
+	ops = bpf_map_lookup_elem(&lru_ops, &lru);
+	if (ops)
+		ops->deletes += 1;
+}
+
 /* The current process's start tag (SW_START_TAG_NS). */
 static __always_inline __u32 sw_start_tag(struct task_struct *task)
 {

@@ -106,7 +106,7 @@ static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 w
 	key.tgid = tgid;
 	info.rank = rank;
 	info.world_size = world_size;
-	bpf_map_update_elem(&nccl_comms, &key, &info, BPF_ANY);
+	sw_lru_update(&nccl_comms, &key, &info, SW_LRU_NCCL_COMMS);
 }
 
 SEC("uprobe")
@@ -127,7 +127,7 @@ int nccl_enter(struct pt_regs *ctx)
 	if (kind == SW_NCCL_DESTROY) {
 		key.comm = args[comm_arg & 7];
 		key.tgid = bpf_get_current_pid_tgid() >> 32;
-		bpf_map_delete_elem(&nccl_comms, &key);
+		sw_lru_delete(&nccl_comms, &key, SW_LRU_NCCL_COMMS);
 	}
 	f = sw_call_enter(ctx, (__u32)cookie);
 	if (!f)
@@ -220,7 +220,7 @@ static __always_inline void learn_comm(struct thread_state *t, struct call_frame
 		key.tgid = t->tgid;
 		info = bpf_map_lookup_elem(&nccl_comms, &key);
 		if (!info) {
-			bpf_map_update_elem(&nccl_comms, &key, &fresh, BPF_NOEXIST);
+			sw_lru_update(&nccl_comms, &key, &fresh, SW_LRU_NCCL_COMMS);
 			info = bpf_map_lookup_elem(&nccl_comms, &key);
 			if (!info)
 				return;

@@ -98,7 +98,7 @@ static __always_inline void blame(struct thread_state *t, const struct preemptor
 	p = bpf_map_lookup_elem(&preemptors, &key);
 	if (!p) {
 		fresh.id = *id;
-		bpf_map_update_elem(&preemptors, &key, &fresh, BPF_NOEXIST);
+		sw_lru_update(&preemptors, &key, &fresh, SW_LRU_PREEMPTORS);
 		p = bpf_map_lookup_elem(&preemptors, &key);
 		if (!p)
 			return;

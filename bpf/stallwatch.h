@@ -43,6 +43,27 @@ enum sw_lost_source {
 };
 
 /*
+ * The LRU hash maps, which drop their least recently used entry to make room instead of
+ * failing an insert: index of the lru_ops per-CPU array. User space derives the entries each
+ * one dropped as inserts - deletes - live entries (stallwatch_events_lost_total
+ * {source="<map>_evicted"}): a dropped entry is evidence lost (a preemptor's share, an I/O
+ * request's or a reclaim's duration, a communicator's rank).
+ */
+enum sw_lru_map {
+	SW_LRU_PREEMPTORS = 0, /* sched.bpf.c preemptors */
+	SW_LRU_IO_INFLIGHT,    /* io.bpf.c io_inflight */
+	SW_LRU_NCCL_COMMS,     /* nccl.bpf.c nccl_comms */
+	SW_LRU_RECLAIM_STARTS, /* host.bpf.c reclaim_starts */
+	SW_LRU_MAX,
+};
+
+/* Value of lru_ops: new keys inserted and keys deleted by the BPF programs. */
+struct sw_lru_ops {
+	__u64 inserts;
+	__u64 deletes;
+};
+
+/*
  * Bucket index of a duration in nanoseconds: the smallest k with ns <= 2^(k-30) s, clamped
  * to the overflow bucket. Exact in integers: ticks = ceil(ns * 2^30 / 1e9) without overflow
  * for any duration below 2^34 s.

@@ -213,6 +213,11 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
   // the process).
   lost.points.push_back(point(nullptr, {{"source", "library_limit"}}, count(snap.libraries_refused)));
   lost.points.push_back(point(nullptr, {{"source", "discovery_queue"}}, count(snap.discovery_dropped)));
+  // Entries the LRU maps dropped to make room (a preemptor's share, an I/O request's or a
+  // reclaim's duration, a communicator's rank): evidence lost without a failed insert.
+  for (unsigned i = 0; i < trace::kLruMaps; ++i) {
+    lost.points.push_back(point(nullptr, {{"source", trace::lru_evicted_name(i)}}, count(snap.evicted[i])));
+  }
   out.push_back(std::move(lost));
   auto single = [&](const char* name, const char* help, MetricKind kind, const char* unit,
                     double v, LabelPairs labels = {}) {

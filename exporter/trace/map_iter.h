@@ -5,27 +5,79 @@
 #include <bpf/bpf.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <iterator>
+#include <optional>
 #include <vector>
 
 namespace stallwatch::trace {
 
+// What one walk of a map saw.
+struct Walk {
+  std::size_t live = 0;     // entries read and left in the map
+  std::size_t deleted = 0;  // entries this walk deleted
+};
+
 // Iterates a hash map: fn(key, value) returns true to delete the entry after reading it.
 // Entries deleted meanwhile are skipped; deletions happen after the walk, so it never restarts.
 template <typename K, typename V, typename Fn>
-void for_each_entry(int fd, Fn&& fn) {
+Walk for_each_entry(int fd, Fn&& fn) {
   K key{}, next{};
   V value{};
   std::vector<K> doomed;
+  Walk walk;
   const K* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, &next) == 0) {
     key = next;
     prev = &key;
     if (bpf_map_lookup_elem(fd, &key, &value) != 0) continue;  // deleted meanwhile
-    if (fn(key, value)) doomed.push_back(key);
+    if (fn(key, value)) {
+      doomed.push_back(key);
+    } else {
+      ++walk.live;
+    }
   }
-  for (const auto& k : doomed) bpf_map_delete_elem(fd, &k);
+  for (const auto& k : doomed) walk.deleted += bpf_map_delete_elem(fd, &k) == 0 ? 1 : 0;
+  return walk;
 }
+
+// The number of keys a hash map holds now (keys only: no values are copied).
+template <typename K>
+std::size_t count_keys(int fd) {
+  K key{}, next{};
+  std::size_t n = 0;
+  const K* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+    key = next;
+    prev = &key;
+    ++n;
+  }
+  return n;
+}
+
+// The entries an LRU map dropped to make room, from its cumulative inserts and deletes (BPF
+// and user space) and the keys it holds: evicted = inserts - deletes - live. The counters and
+// the walk are not one atomic snapshot, so one reading can be off by the operations in flight
+// (a delete done but not yet counted reads as an eviction); a reading counts only as far as
+// the reading before it agrees, and the total never goes down.
+class EvictionCount {
+ public:
+  std::uint64_t update(std::uint64_t inserts, std::uint64_t deletes, std::uint64_t live) {
+    const auto now = static_cast<std::int64_t>(inserts) - static_cast<std::int64_t>(deletes) -
+                     static_cast<std::int64_t>(live);
+    if (last_) {
+      const std::int64_t agreed = std::min(now, *last_);
+      if (agreed > static_cast<std::int64_t>(total_)) total_ = static_cast<std::uint64_t>(agreed);
+    }
+    last_ = now;
+    return total_;
+  }
+
+ private:
+  std::optional<std::int64_t> last_;
+  std::uint64_t total_ = 0;
+};
 
 // A histogram value of the kernel (count, bytes, sum, max, log2 buckets: io_stats, nccl_stats)
 // as its totals type (IoTotals, NcclTotals).

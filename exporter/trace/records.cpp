@@ -21,4 +21,13 @@ const char* lost_source_name(unsigned source) {
   return source < std::size(kNames) ? kNames[source] : "unknown";
 }
 
+static_assert(kLruMaps == SW_LRU_MAX, "a slot of Snapshot::evicted for every sw_lru_map");
+
+const char* lru_evicted_name(unsigned lru) {
+  static constexpr const char* kNames[] = {"preemptors_evicted", "io_inflight_evicted",
+                                           "nccl_comms_evicted", "reclaim_starts_evicted"};
+  static_assert(std::size(kNames) == SW_LRU_MAX, "a name for every enum sw_lru_map");
+  return lru < std::size(kNames) ? kNames[lru] : "unknown";
+}
+
 }  // namespace stallwatch::trace

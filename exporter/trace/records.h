@@ -31,6 +31,13 @@ inline constexpr unsigned kLostSources = 9;
 // of Snapshot::lost); "unknown" past the end.
 const char* lost_source_name(unsigned source);
 
+// The LRU maps (bpf/stallwatch.h, enum sw_lru_map): Snapshot::evicted's size.
+inline constexpr unsigned kLruMaps = 4;
+
+// The `source` label of stallwatch_events_lost_total for the entries each LRU map dropped to
+// make room ("preemptors_evicted", ...); "unknown" past the end.
+const char* lru_evicted_name(unsigned lru);
+
 // Unix time of a CLOCK_MONOTONIC (bpf_ktime_get_ns) timestamp, as of now.
 std::int64_t unix_ns_of_monotonic(std::uint64_t mono_ns);
 

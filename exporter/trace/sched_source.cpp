@@ -55,7 +55,9 @@ std::string name_of(const char (&comm)[SW_COMM_LEN]) {
 class SchedSource : public Source {
  public:
   explicit SchedSource(const Tracer& t)
-      : offcpu_fd_(t.map_fd("offcpu")), preemptors_fd_(t.map_fd("preemptors")) {}
+      : offcpu_fd_(t.map_fd("offcpu")),
+        preemptors_fd_(t.map_fd("preemptors")),
+        lru_ops_fd_(t.map_fd("lru_ops")) {}
   std::string_view name() const override { return "sched"; }
 
   void read(SourceContext& ctx, Snapshot& snap) override {
@@ -86,7 +88,7 @@ class SchedSource : public Source {
 
   void read_preemptors(SourceContext& ctx, Snapshot& snap) {
     std::map<std::string, std::map<PreemptorKey, Merged>> merged;  // by label
-    for_each_entry<preemptor_key, preemptor_stats>(
+    const Walk walk = for_each_entry<preemptor_key, preemptor_stats>(
         preemptors_fd_, [&](const preemptor_key& k, const preemptor_stats& v) {
           CgroupSlot& slot = ctx.cgroup(k.victim_cgroup_id);
           Preemptor p;
@@ -109,6 +111,11 @@ class SchedSource : public Source {
           merge(merged[slot.label], p, v.runnable_ns, thread);
           return false;
         });
+    // Entries the map dropped for room: a long job's preemptor list past 8192 (victim,
+    // preemptor thread) pairs loses its least recent ones.
+    deleted_ += walk.deleted;
+    const LruOps ops = read_lru_ops(lru_ops_fd_, SW_LRU_PREEMPTORS);
+    snap.evicted[SW_LRU_PREEMPTORS] = evicted_.update(ops.inserts, ops.deletes + deleted_, walk.live);
     for (auto& [id, r] : retired_) {
       while (r.size() > kRetainedPreemptors) {  // keep the heaviest
         auto lightest = std::min_element(r.begin(), r.end(), [](const auto& a, const auto& b) {
@@ -133,6 +140,9 @@ class SchedSource : public Source {
 
   int offcpu_fd_;
   int preemptors_fd_;
+  int lru_ops_fd_;
+  std::uint64_t deleted_ = 0;  // preemptors entries deleted here (of exited victims), cumulative
+  EvictionCount evicted_;
   std::map<std::uint64_t, std::map<PreemptorKey, Merged>> retired_;  // by victim cgroup id
 };
 

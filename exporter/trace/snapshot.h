@@ -253,6 +253,7 @@ struct Snapshot {
   // their series.
   std::map<std::uint64_t, std::string> cgroup_labels;
   std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
+  std::array<std::uint64_t, trace::kLruMaps> evicted{};  // cumulative, by enum sw_lru_map
   std::uint64_t outliers = 0;            // outlier records received, cumulative
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now
   std::uint64_t attached_libraries = 0;  // library files with probes now

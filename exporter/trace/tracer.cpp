@@ -277,4 +277,18 @@ std::array<std::uint64_t, kLostSources> read_lost(int lost_map_fd) {
   return out;
 }
 
+LruOps read_lru_ops(int lru_ops_fd, unsigned lru) {
+  LruOps out;
+  int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0 || lru >= SW_LRU_MAX) return out;
+  std::vector<sw_lru_ops> per_cpu(static_cast<size_t>(ncpu));
+  __u32 k = lru;
+  if (bpf_map_lookup_elem(lru_ops_fd, &k, per_cpu.data()) != 0) return out;
+  for (const auto& v : per_cpu) {
+    out.inserts += v.inserts;
+    out.deletes += v.deletes;
+  }
+  return out;
+}
+
 }  // namespace stallwatch::trace

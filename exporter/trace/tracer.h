@@ -74,4 +74,11 @@ class Tracer {
 // Sum of the per-CPU lost-event counters, by enum sw_lost_source.
 std::array<std::uint64_t, kLostSources> read_lost(int lost_map_fd);
 
+// Sum of the per-CPU insert and delete counters of one LRU map (enum sw_lru_map).
+struct LruOps {
+  std::uint64_t inserts = 0;
+  std::uint64_t deletes = 0;
+};
+LruOps read_lru_ops(int lru_ops_fd, unsigned lru);
+
 }  // namespace stallwatch::trace

@@ -26,7 +26,7 @@ static const char kUsage[] =
     "usage: cuda_workload --cudart PATH [--cuda PATH] [--nccl PATH [--rank R --nranks N]]\n"
     "                     [--calls SPEC] [--iterations N] [--threads T] [--start-delay-ms D]\n"
     "                     [--ready-fd FD] [--go-fd FD] [--spacing-us U] [--wait-fd FD]\n"
-    "                     [--touch-kb K] [--leak-kb K]\n"
+    "                     [--touch-kb K] [--leak-kb K] [--leak-comms C]\n"
     "Loads CUDA libraries with dlopen and calls them through dlsym'd pointers.\n"
     "  --cudart PATH        libcudart to load (required)\n"
     "  --cuda PATH          libcuda to load as well (needed for cu* names)\n"
@@ -55,6 +55,8 @@ static const char kUsage[] =
     "                       writes every page and unmaps it (host staging buffers)\n"
     "  --leak-kb K          the same, but keeps the memory: resident size grows by K KiB per\n"
     "                       iteration and thread (drives a memory-limited cgroup to OOM)\n"
+    "  --leak-comms C       after the communicator, C more ncclCommInitRank calls whose\n"
+    "                       communicators are never destroyed (needs --rank)\n"
     "Makes exactly sum(count) * N * T calls (plus ncclGetUniqueId, ncclCommInitRank and\n"
     "ncclCommDestroy with --rank), prints 'calls=<total> threads=<T> pid=<pid>' and exits 0.\n"
     "Exit 2: bad usage or a call name that is unknown or not exported; exit 1: a library\n"
@@ -436,7 +438,7 @@ int main(int argc, char** argv) {
   const char* nccl_path = NULL;
   const char* spec_arg = kDefaultSpec;
   unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
-  unsigned long touch_kb = 0, leak_kb = 0;
+  unsigned long touch_kb = 0, leak_kb = 0, leak_comms = 0;
   long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1;
 
   static const struct option kOptions[] = {
@@ -455,6 +457,7 @@ int main(int argc, char** argv) {
       {"wait-fd", required_argument, NULL, 'W'},
       {"touch-kb", required_argument, NULL, 'T'},
       {"leak-kb", required_argument, NULL, 'L'},
+      {"leak-comms", required_argument, NULL, 'C'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -506,6 +509,9 @@ int main(int argc, char** argv) {
       case 'L':
         leak_kb = parse_number(optarg, 16UL << 20, "--leak-kb");
         break;
+      case 'C':
+        leak_comms = parse_number(optarg, 1UL << 20, "--leak-comms");
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -520,6 +526,7 @@ int main(int argc, char** argv) {
   if ((rank >= 0) != (nranks >= 0)) usage_error("--rank and --nranks go together");
   if (rank >= 0 && nccl_path == NULL) usage_error("--rank needs --nccl PATH");
   if (nranks >= 0 && rank >= nranks) usage_error("--rank must be below --nranks");
+  if (leak_comms > 0 && rank < 0) usage_error("--leak-comms needs --rank and --nranks");
 
   void* cudart = load(cudart_path, "--cudart");
   void* cuda = cuda_path != NULL ? load(cuda_path, "--cuda") : NULL;
@@ -557,6 +564,7 @@ int main(int argc, char** argv) {
   }
 
   if (rank >= 0 && nccl_init_rank(nccl, (int)rank, (int)nranks) != 0) return 1;
+  if (leak_comms > 0 && nccl_leak_comms(nccl, leak_comms, (int)rank, (int)nranks) != 0) return 1;
 
   pthread_t* tids = calloc(threads, sizeof(*tids));
   if (tids == NULL) {

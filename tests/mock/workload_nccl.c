@@ -139,6 +139,22 @@ int nccl_init_rank(void* nccl, int rank, int nranks) {
   return 0;
 }
 
+int nccl_leak_comms(void* nccl, unsigned long count, int rank, int nranks) {
+  void* init = must_sym(nccl, "ncclCommInitRank");
+  if (init == NULL) return 1;
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  for (unsigned long i = 0; i < count; ++i) {
+    ncclComm_t leaked = NULL;
+    int rc = ((ncclResult_t(*)(ncclComm_t*, int, ncclUniqueId, int))init)(&leaked, nranks, id, rank);
+    if (rc != 0) {
+      fprintf(stderr, "cuda_workload: extra ncclCommInitRank %lu failed: %d\n", i, rc);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int nccl_destroy(void* nccl) {
   if (comm == NULL) return 0;
   void* destroy = must_sym(nccl, "ncclCommDestroy");

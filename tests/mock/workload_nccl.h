@@ -13,5 +13,8 @@ caller_fn nccl_find_caller(const char* name, int* needs_comm);
 // ncclGetUniqueId, then ncclCommInitRank(&comm, nranks, id, rank) once: the communicator every
 // op then uses. Returns 0, or 1 after printing why to stderr.
 int nccl_init_rank(void* nccl, int rank, int nranks);
+// ncclCommInitRank `count` more times, each communicator left without ncclCommDestroy (as a
+// process that leaks them): fills the daemon's communicator map. Returns 0, or 1 as above.
+int nccl_leak_comms(void* nccl, unsigned long count, int rank, int nranks);
 // ncclCommDestroy of that communicator, when there is one.
 int nccl_destroy(void* nccl);

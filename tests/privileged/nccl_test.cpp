@@ -2,9 +2,14 @@
 // signatures) in two "ranks" of one job, each in its own cgroup. Per-rank histograms count every
 // collective exactly with the rank and world size learnt from ncclCommInitRank, bytes are
 // count x element size, and a rank whose collectives take 20x its peer's is named by an
-// nccl_straggler chain; two balanced ranks open none.
+// nccl_straggler chain; two balanced ranks open none. A process that leaks more communicators
+// than the communicator map holds has the entries the map dropped counted as lost.
+#include <bpf/bpf.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <cstring>
+#include <vector>
 
 #include <iostream>
 
@@ -146,10 +151,74 @@ TEST_F(Nccl, BalancedRanksOpenNoStragglerChain) {
       << metrics;
   EXPECT_EQ(chains_total(s, a.label(), "nccl_straggler"), 0) << metrics;
   EXPECT_EQ(chains_total(s, b.label(), "nccl_straggler"), 0) << metrics;
+  // Two communicators fit: nothing was dropped for room.
+  EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", "nccl_comms_evicted"}}), 0)
+      << metrics;
   std::string raw;
   auto chains = explain_chains(*daemon_, &raw);
   EXPECT_TRUE(chains_of(chains, "nccl_straggler", a.label()).empty()) << raw;
   EXPECT_TRUE(chains_of(chains, "nccl_straggler", b.label()).empty()) << raw;
+}
+
+// The keys a BPF map named `name` holds now (the daemon's: one daemon runs), read through the
+// kernel's map ids, not through the daemon; -1 when there is no such map.
+long count_map_keys(const char* name) {
+  __u32 id = 0;
+  while (bpf_map_get_next_id(id, &id) == 0) {
+    int fd = bpf_map_get_fd_by_id(id);
+    if (fd < 0) continue;
+    bpf_map_info info{};
+    __u32 len = sizeof(info);
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0 || std::strcmp(info.name, name) != 0) {
+      close(fd);
+      continue;
+    }
+    std::vector<unsigned char> key(info.key_size), next(info.key_size);
+    long n = 0;
+    const void* prev = nullptr;
+    while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
+      key = next;
+      prev = key.data();
+      ++n;
+    }
+    close(fd);
+    return n;
+  }
+  return -1;
+}
+
+// Defined last: the communicators it leaks stay counted for the rest of the daemon's life.
+TEST_F(Nccl, CommunicatorsDroppedForRoomAreCountedAsLost) {
+  constexpr long kLeaked = 5000;  // + the rank's own: 5001 inserts into a map of 4096
+  constexpr long kMapSize = 4096;  // bpf/nccl.bpf.c nccl_comms
+  TestCgroup cg(unique("leaky"));
+  Spawn sp;
+  sp.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--nccl", MOCK_NCCL_PATH, "--rank", "0",
+             "--nranks", "1", "--leak-comms", std::to_string(kLeaked), "--calls",
+             "ncclAllReduce:1", "--start-delay-ms", "500"};
+  sp.cgroup_dir = cg.dir();
+  Child c(sp);
+  ASSERT_EQ(c.wait(std::chrono::seconds(120)), 0);
+  // A reading counts once the next one agrees (trace/map_iter.h EvictionCount): two windows.
+  ASSERT_TRUE(daemon_->wait_windows(3)) << daemon_->log_path();
+  auto s = parse_exposition(daemon_->metrics());
+  const long live = count_map_keys("nccl_comms");
+  ASSERT_GE(live, 0) << "no map nccl_comms: is the daemon's BPF object loaded?";
+  EXPECT_LE(live, kMapSize);
+  const auto evicted =
+      find_sample(s, "stallwatch_events_lost_total", {{"source", "nccl_comms_evicted"}});
+  ASSERT_TRUE(evicted.has_value());
+  std::cout << "nccl_comms: " << *evicted << " evicted, " << live << " live\n";
+  // Every communicator the kernel saw is either in the map, dropped for room, or was destroyed
+  // at exit (the rank's own, when the map still held it).
+  const long accounted = static_cast<long>(*evicted) + live;
+  EXPECT_TRUE(accounted == kLeaked + 1 || accounted == kLeaked)
+      << "evicted " << *evicted << " + live " << live << " != " << kLeaked + 1 << " inserts";
+  EXPECT_GE(*evicted, kLeaked + 1 - kMapSize);
+  // The other LRU maps had no reason to drop anything.
+  EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", "preemptors_evicted"}}), 0);
+  EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", "reclaim_starts_evicted"}}),
+            0);
 }
 
 }  // namespace

@@ -53,6 +53,7 @@ Snapshot synthetic_snapshot() {
   snap.attached_libraries = 2;
   snap.attached_probes = 50;
   for (unsigned i = 0; i < SW_LOST_MAX; ++i) snap.lost[i] = 10 + i;
+  for (unsigned i = 0; i < SW_LRU_MAX; ++i) snap.evicted[i] = 30 + i;
 
   Series& root = snap.series["/"];
   root.identity = identity::parse_cgroup_path("/");
@@ -209,6 +210,10 @@ TEST(ExpositionTest, DaemonFamilies) {
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="watched_cgroups_full"} 18)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="library_limit"} 0)"));
   EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="discovery_queue"} 0)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="preemptors_evicted"} 30)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="io_inflight_evicted"} 31)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="nccl_comms_evicted"} 32)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="reclaim_starts_evicted"} 33)"));
   EXPECT_EQ(text.find(R"(source="unknown")"), std::string::npos);
   EXPECT_TRUE(HasLine(text, "stallwatch_outliers_total 17"));
   EXPECT_TRUE(HasLine(text, "stallwatch_traced_processes 3"));
@@ -218,7 +223,8 @@ TEST(ExpositionTest, DaemonFamilies) {
   std::size_t lost = 0;
   for (const std::string& l : lines_of(text))
     lost += l.starts_with("stallwatch_events_lost_total{");
-  EXPECT_EQ(lost, static_cast<std::size_t>(SW_LOST_MAX) + 2);  // + the daemon's two
+  // + the daemon's two and the LRU maps' drops
+  EXPECT_EQ(lost, static_cast<std::size_t>(SW_LOST_MAX) + 2 + SW_LRU_MAX);
 }
 
 TEST(ExpositionTest, LostSourceNames) {
