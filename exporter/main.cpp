@@ -8,6 +8,8 @@
 #include "cli/check.h"
 #include "app/demo.h"
 #include "cli/explain.h"
+#include "cli/export.h"
+#include "cli/mcp.h"
 #include "cli/query.h"
 #include "app/daemon.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
@@ -24,6 +26,10 @@ constexpr const char* kUsage =
     "  explain   the incident report: causal chains with root cause, effect and fix\n"
     "            (--since 1h, --cgroup PATH, --per-process, --json, --timeout 30s)\n"
     "  query     read-only SQL over the chain store (--format table|csv|json, --timeout 30s)\n"
+    "  export    the stored evidence as a timeline for Perfetto or chrome://tracing\n"
+    "            (--format perfetto|chrome-json, --since 1h, --cgroup, --pid, -o FILE)\n"
+    "  mcp       a Model Context Protocol server on stdio for an assistant: explain, chains,\n"
+    "            sites, query and check over the store, read-only (--db PATH)\n"
     "  demo      a synthetic incident through the real engine, store and /metrics; no root,\n"
     "            no GPU (incident and ten more scenarios: see demo --help)\n"
     "  version   print the version\n";
@@ -47,6 +53,8 @@ int main(int argc, char** argv) {
   if (cmd == "query") return stallwatch::cli::query_main(rest);
   if (cmd == "demo") return stallwatch::cli::demo_main(rest);
   if (cmd == "check") return stallwatch::cli::check_main(rest);
+  if (cmd == "export") return stallwatch::cli::export_main(rest);
+  if (cmd == "mcp") return stallwatch::cli::mcp_main(rest);
   if (cmd == "version" || cmd == "--version") {
     std::cout << "stallwatch " << STALLWATCH_VERSION << " (" << STALLWATCH_REVISION << ")\n";
     return 0;

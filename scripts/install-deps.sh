@@ -14,7 +14,7 @@ packages=(
   libboost-program-options-dev libgtest-dev libgmock-dev
   libcurl4-openssl-dev nlohmann-json3-dev
   prometheus prometheus-alertmanager curl
-  yamllint systemd
+  yamllint systemd protobuf-compiler
   help2man dpkg-dev lintian mmdebstrap fakeroot
   iproute2 nftables util-linux procps
 )

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +25,8 @@ namespace stallwatch::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout DURATION] 'SQL'\n"
+    "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout DURATION]\n"
+    "                        [--max-rows N] 'SQL'\n"
     "\n"
     "Runs one read-only SQL statement against the stallwatch database and prints the rows.\n"
     "Writes are refused; work on a copy with the sqlite3 shell to change data.\n"
@@ -35,6 +37,8 @@ constexpr const char* kUsage =
     "                   header; json: an array of objects (NULL as null, blobs as hex strings)\n"
     "  --timeout D      stop the statement after D (default 30s; 100ms to 24h, 0 for none):\n"
     "                   a long read keeps the daemon from checkpointing its write-ahead log\n"
+    "  --max-rows N     print at most N rows (1 to 1000000000); a note on stderr says when\n"
+    "                   more were left out\n"
     "  -h, --help       this text\n"
     "\n"
     "Rows are printed as they come (a table aligns its columns on the first 1,000 rows).\n"
@@ -55,6 +59,7 @@ struct Options {
   Format format = Format::kTable;
   std::string sql;
   std::chrono::nanoseconds timeout = kDefaultReadTimeout;
+  std::uint64_t max_rows = 0;  // 0: all
   bool help = false;
 };
 
@@ -67,6 +72,7 @@ std::optional<std::string> parse(const std::vector<std::string>& args, Options& 
     ("db", po::value<std::string>(), "")
     ("format", po::value<std::string>(), "")
     ("timeout", po::value<std::string>(), "")
+    ("max-rows", po::value<std::string>(), "")
     ("sql", po::value<std::vector<std::string>>(), "");
   // clang-format on
   po::positional_options_description positional;
@@ -97,6 +103,17 @@ std::optional<std::string> parse(const std::vector<std::string>& args, Options& 
     auto t = read_timeout((*vm)["timeout"].as<std::string>(), "--timeout");
     if (!t) return t.error().message;
     o.timeout = *t;
+  }
+  if (vm->count("max-rows")) {
+    const std::string value = (*vm)["max-rows"].as<std::string>();
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || !std::isdigit(static_cast<unsigned char>(value[0])) || *end != '\0' ||
+        errno == ERANGE || n < 1 || n > 1000000000ULL) {
+      return "--max-rows '" + value + "' is not a number from 1 to 1000000000";
+    }
+    o.max_rows = n;
   }
   const auto sql =
       vm->count("sql") ? (*vm)["sql"].as<std::vector<std::string>>() : std::vector<std::string>{};
@@ -306,7 +323,12 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   if (o.format == Format::kJson) out << "[";
   const store::StatementDeadline deadline(h, o.timeout);
   std::vector<QueryCell> row;
+  bool truncated = false;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    if (o.max_rows != 0 && count == o.max_rows) {
+      truncated = true;
+      break;
+    }
     row.clear();
     for (int c = 0; c < cols; c++) row.push_back(read_cell(stmt.get(), c));
     if (table) {
@@ -330,6 +352,10 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   if (o.format == Format::kJson) out << (count ? "\n]\n" : "]\n");
   if (table) table->finish();
   out.flush();
+  if (truncated) {
+    err << kPrefix << "stopped after " << count << (count == 1 ? " row" : " rows")
+        << " (--max-rows); more rows were left out\n";
+  }
   if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
     if (deadline.expired()) {
       err << kPrefix << "stopped after " << format_duration(o.timeout) << " (--timeout) with "

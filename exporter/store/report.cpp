@@ -486,6 +486,13 @@ class ReadTransaction {
 
 }  // namespace
 
+std::string period_cgroup_clause(const char* column) { return cgroup_clause(column); }
+
+Result<Ok> each_period_row(sqlite3* db, const std::string& sql, const ReportQuery& query,
+                           const std::function<void(const Stmt&)>& row) {
+  return each_row(db, sql, query, normalise_filter(query.cgroup), row);
+}
+
 bool cgroup_matches(const std::string& filter, const std::string& path) {
   const std::string f = normalise_filter(filter);
   if (f.empty() || path == f) return true;

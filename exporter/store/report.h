@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -168,6 +169,13 @@ struct Report {
 };
 
 Result<Report> load_report(sqlite3* db, const ReportQuery& query);
+
+// For other readers of the same tables (store/timeline.cpp): runs `sql` with ?1 the period's
+// start (exclusive), ?2 its end and ?3 the normalised cgroup filter of `query`, handing each
+// row to `row`. `period_cgroup_clause(col)` is the " AND ..." that applies ?3 to a column.
+std::string period_cgroup_clause(const char* column);
+Result<Ok> each_period_row(sqlite3* db, const std::string& sql, const ReportQuery& query,
+                           const std::function<void(const Stmt&)>& row);
 
 // Orders chains as the report shows them (see Report::chains).
 void sort_chains(std::vector<ReportChain>& chains);

@@ -153,6 +153,23 @@ TEST_F(QueryTest, JsonOutput) {
   EXPECT_EQ(o.out, "[\n{\"summary\":\"line one\\nline two\",\"two\":2.0}\n]\n");
 }
 
+TEST_F(QueryTest, MaxRowsStopsAndSaysSo) {
+  Outcome o = run_query({"--db", db_, "--format", "json", "--max-rows", "1", kSelect});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out,
+            "[\n"
+            R"({"call":"cudaMemcpy","api":"runtime","count":3,"sum_s":1.5,"buckets":"0a01"})"
+            "\n]\n");
+  EXPECT_EQ(o.err, "stallwatch query: stopped after 1 row (--max-rows); more rows were left out\n");
+  o = run_query({"--db", db_, "--format", "json", "--max-rows", "2", kSelect});
+  EXPECT_EQ(o.err, "");  // exactly as many rows as allowed: nothing left out
+  for (const char* bad : {"0", "-1", "x", "1000000001", ""}) {
+    o = run_query({"--db", db_, "--max-rows", bad, kSelect});
+    EXPECT_EQ(o.code, 2) << bad;
+    EXPECT_TRUE(o.err.starts_with("stallwatch query: --max-rows '")) << o.err;
+  }
+}
+
 TEST_F(QueryTest, ReadingStatementsRun) {
   EXPECT_EQ(run_query({"--db", db_, "PRAGMA table_info(windows)"}).code, 0);
   Outcome o = run_query({"--db", db_, "--format", "csv", "PRAGMA user_version"});
@@ -248,8 +265,8 @@ TEST_F(QueryTest, UsageErrorsAndHelp) {
   Outcome o = run_query({"--help"});
   EXPECT_EQ(o.code, 0);
   EXPECT_TRUE(o.out.starts_with(
-      "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout DURATION] "
-      "'SQL'\n"));
+      "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout DURATION]\n"
+      "                        [--max-rows N] 'SQL'\n"));
   o = run_query({"--db", db_});
   EXPECT_EQ(o.code, 2);
   EXPECT_TRUE(o.err.starts_with("stallwatch query: no SQL statement given\n")) << o.err;
