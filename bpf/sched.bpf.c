@@ -216,4 +216,62 @@ int BPF_PROG(sched_wakeup, struct task_struct *p)
 	return 0;
 }
 
+/*
+ * Every open call of every traced thread, one struct inflight_call each, for user space to read
+ * each window (trace/inflight_source.cpp): a call that never returns never reaches the
+ * histograms, so it is looked for while it is open.
+ */
+SEC("iter/task")
+int inflight_calls(struct bpf_iter__task *ctx)
+{
+	struct seq_file *seq = ctx->meta->seq;
+	struct task_struct *task = ctx->task;
+	struct inflight_call r = {};
+	struct thread_state *t;
+	__u64 now, off_from, woke;
+
+	if (!task || (task->flags & PF_KTHREAD))
+		return 0;
+	t = bpf_task_storage_get(&threads, task, 0, 0);
+	if (!t || !t->depth)
+		return 0;
+	now = bpf_ktime_get_ns();
+	r.cgroup_id = t->cgroup_id;
+	r.now_ns = now;
+	r.tgid = t->tgid;
+	r.tid = task->pid;
+	r.start_tag = t->start_tag;
+	r.on_cpu = t->on_since != 0;
+	__builtin_memcpy(r.comm, task->comm, SW_COMM_LEN);
+	for (int i = 0; i < SW_MAX_DEPTH; i++) {
+		struct call_frame *f;
+
+		if (i >= t->depth)
+			break;
+		f = &t->frames[i];
+		r.start_ns = f->start_ns;
+		r.call_id = f->call_id;
+		r.preemptions = f->preemptions;
+		r.runnable_ns = f->runnable_ns;
+		r.blocked_ns = f->blocked_ns;
+		r.nccl_comm = f->aux_ptr;
+		r.depth = i;
+		/* The off-CPU period in progress, as switch_in will count it, from the call's entry. */
+		if (t->off_since && !t->on_since) {
+			off_from = t->off_since > f->start_ns ? t->off_since : f->start_ns;
+			woke = t->woken_at > off_from ? t->woken_at : off_from;
+			if (t->off_runnable) {
+				r.runnable_ns += now - off_from;
+			} else if (t->woken_at >= t->off_since) {
+				r.blocked_ns += woke - off_from;
+				r.runnable_ns += now - woke;
+			} else {
+				r.blocked_ns += now - off_from;
+			}
+		}
+		bpf_seq_write(seq, &r, sizeof(r));
+	}
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -48,6 +48,29 @@ struct thread_state {
 	struct call_frame frames[SW_MAX_DEPTH];
 };
 
+/*
+ * One open call of a thread, as the task iterator inflight_calls reads it each window: calls
+ * that have not returned (a hung synchronize or collective) are seen while they hang. Off-CPU
+ * time includes the current off-CPU period up to the read.
+ */
+struct inflight_call {
+	__u64 cgroup_id;
+	__u64 start_ns;    /* bpf_ktime_get_ns() at entry */
+	__u64 now_ns;      /* when it was read */
+	__u64 runnable_ns; /* off-CPU inside the call so far, waiting for a CPU */
+	__u64 blocked_ns;  /* off-CPU inside the call so far, sleeping */
+	__u64 nccl_comm;   /* an NCCL op's communicator (nccl_comms key), else 0 */
+	__u32 tgid;
+	__u32 tid;
+	__u32 start_tag;
+	__u32 call_id;
+	__u32 preemptions;
+	__u32 depth;       /* 0: the thread's outermost open call */
+	__u32 on_cpu;      /* the thread holds a CPU now (spinning or running) */
+	__u32 pad;
+	char comm[SW_COMM_LEN]; /* the thread's name */
+};
+
 /* Key of offcpu: a CUDA-issuing process in its cgroup. */
 struct offcpu_key {
 	__u64 cgroup_id;

@@ -1,6 +1,7 @@
 #include "metrics/model.h"
 
 #include <algorithm>
+#include <map>
 #include <tuple>
 
 #include "trace/records.h"
@@ -111,6 +112,23 @@ void add_call_families(const Snapshot& snap, std::vector<Family>& out) {
                                 1));
   }
   for (auto* f : {&duration, &call_off, &off, &ratio, &info}) out.push_back(std::move(*f));
+  // Calls that have not returned: the oldest of each kind per workload; absent when none.
+  auto inflight = family("stallwatch_cuda_call_inflight_seconds",
+                         "Age of the oldest traced call of that kind still in flight (not "
+                         "returned) in the workload, at the end of the last window.",
+                         MetricKind::kGauge, "s");
+  for (const auto& [label, s] : snap.series) {
+    std::map<std::uint32_t, std::uint64_t> oldest;
+    for (const auto& c : s.inflight) oldest[c.call_id] = std::max(oldest[c.call_id], c.age_ns);
+    for (const auto& [call_id, age] : oldest) {
+      if (call_id >= calls.size()) continue;
+      inflight.points.push_back(point(&s.identity,
+                                      {{"api", std::string(trace::api_name(calls[call_id].api))},
+                                       {"call", std::string(calls[call_id].name)}},
+                                      seconds(age)));
+    }
+  }
+  keep_nonempty({&inflight}, out);
 }
 
 // Host-side families (issue 4), per series and only where the series has that kind of data.

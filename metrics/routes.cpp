@@ -79,6 +79,26 @@ static void add_host_json(Json& o, const Series& s) {
                     {"bytes", p.totals.bytes},
                     {"sum_ns", p.totals.sum_ns}});
   }
+  // Calls that have not returned, oldest first.
+  Json& inflight = o["inflight"] = Json::array();
+  for (const InflightCall& c : s.inflight) {
+    if (c.call_id >= calls.size()) continue;
+    Json j = {{"pid", c.pid},
+              {"tid", c.tid},
+              {"thread", c.thread},
+              {"call", calls[c.call_id].name},
+              {"depth", c.depth},
+              {"age_ns", c.age_ns},
+              {"runnable_ns", c.runnable_ns},
+              {"blocked_ns", c.blocked_ns},
+              {"preemptions", c.preemptions},
+              {"on_cpu", c.on_cpu}};
+    if (c.world_size > 0) {
+      j["rank"] = c.rank;
+      j["world_size"] = c.world_size;
+    }
+    inflight.push_back(std::move(j));
+  }
 }
 
 std::string snapshot_json(const Snapshot& snap) {

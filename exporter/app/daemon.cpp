@@ -188,6 +188,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   if (push->enabled) pusher = std::make_unique<otlp::Pusher>(*push, build);
   app::PipelineOptions popts;
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
+  popts.engine.hang_threshold_ns = static_cast<std::uint64_t>(o.hang_threshold.count());
   popts.otlp = pusher.get();
   app::Pipeline pipeline(popts, board, db);
   pipeline.set_store(db, keeper != nullptr);

@@ -68,6 +68,16 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
     batch.outliers = resolve_outliers(*snap, outliers, options_.stored_outliers);
     batch.chains = changed;
     batch.processes = std::move(view.processes);
+    const auto calls = trace::all_calls();
+    for (const auto& [label, s] : snap->series) {
+      for (const auto& c : s.inflight) {
+        if (c.call_id >= calls.size()) continue;
+        batch.inflight.push_back(store::Inflight{
+            label, c.pid, c.tid, c.thread, std::string(calls[c.call_id].name),
+            std::string(trace::api_name(calls[c.call_id].api)), c.age_ns, c.runnable_ns,
+            c.blocked_ns, c.preemptions, c.on_cpu, c.rank, c.world_size});
+      }
+    }
     store_->enqueue(std::move(batch));
     snap->store = store_->stats();
   }

@@ -26,6 +26,7 @@ enum class Kind : std::uint8_t {
   kMemcpyBound,
   kGpuContention,
   kNcclStraggler,
+  kCallHang,
 };
 
 enum class Severity : std::uint8_t { kLow, kMedium, kHigh, kCritical };
@@ -58,6 +59,7 @@ std::unique_ptr<Rule> make_cold_start_rule();
 std::unique_ptr<Rule> make_memcpy_bound_rule();
 std::unique_ptr<Rule> make_gpu_contention_rule();
 std::unique_ptr<Rule> make_memory_pressure_rule();
+std::unique_ptr<Rule> make_call_hang_rule();
 std::unique_ptr<Rule> make_io_stall_rule();
 std::unique_ptr<Rule> make_network_retransmit_rule();
 std::unique_ptr<Rule> make_nccl_straggler_rule();
@@ -72,7 +74,7 @@ struct KindInfo {
 };
 
 // Rows in Kind order (kind_info relies on it).
-inline constexpr std::array<KindInfo, 10> kKinds = {{
+inline constexpr std::array<KindInfo, 11> kKinds = {{
     {Kind::kCpuContention,
      "cpu_contention",
      "cpu_contention",
@@ -128,6 +130,12 @@ inline constexpr std::array<KindInfo, 10> kKinds = {{
      "mean op time / peers' median",
      {0, 0, 10},
      make_nccl_straggler_rule},
+    {Kind::kCallHang,
+     "call_hang",
+     "call_hang",
+     "(always critical: a call open past --hang-threshold)",
+     {0, 0, 0},
+     make_call_hang_rule},
 }};
 inline constexpr int kKindCount = static_cast<int>(kKinds.size());
 

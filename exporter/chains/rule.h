@@ -38,6 +38,8 @@ struct EngineOptions {
   Thresholds thresholds;
   int host_cpus = 0;       // for recommendations (taskset ranges); 0 = unknown
   std::uint64_t seed = 0;  // of the chain ids; 0: from the random device
+  // A synchronize, copy or NCCL op open this long is a call_hang (run --hang-threshold).
+  std::uint64_t hang_threshold_ns = 60'000'000'000ULL;
 };
 
 // What a rule found in one window for one (kind, cgroup, pid): the chain's content.

@@ -120,7 +120,7 @@ Json tool_list(const std::string& version) {
       "One read-only SQL statement (SQLite) against the store, as `stallwatch query`: writes, "
       "ATTACH and more than one statement are refused, and it stops after 30 s. Tables: "
       "windows, cgroups, processes, call_windows, process_windows, preemptor_windows, "
-      "outliers, chains (docs/store.md); times are unix nanoseconds (ts_ns).",
+      "outliers, inflight_windows, chains (docs/store.md); times are unix nanoseconds (ts_ns).",
       {{"sql", string_prop("the statement, e.g. SELECT kind, severity, count(*) FROM chains "
                            "GROUP BY 1, 2")},
        {"max_rows", {{"type", "integer"}, {"minimum", 1}, {"maximum", kMaxQueryRows},

@@ -47,6 +47,9 @@ po::options_description run_options_description() {
     ("window", po::value<std::string>(), "snapshot window: 500ms, 5s, 1m (default 5s)")
     ("outlier-threshold", po::value<std::string>(),
      "calls at least this long are sent to user space one by one (default 1ms)")
+    ("hang-threshold", po::value<std::string>(),
+     "a synchronize, copy or NCCL op still open this long opens a critical call_hang chain "
+     "(1s to 24h, default 60s)")
     ("rescan-interval", po::value<std::string>(),
      "full /proc rescan for CUDA libraries (default 30s; mappings are also caught as they happen)")
     ("detach-linger", po::value<std::string>(),
@@ -97,6 +100,7 @@ using std::chrono::seconds;
 constexpr DurationRange kDurationRanges[] = {
     {"window", milliseconds(100), hours(1)},
     {"outlier-threshold", microseconds(10), hours(1)},
+    {"hang-threshold", seconds(1), hours(24)},
     {"rescan-interval", seconds(1), hours(24)},
     {"retention", minutes(1), hours(24 * 3650)},
     {"detach-linger", seconds(0), hours(24)},
@@ -228,6 +232,9 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   auto outlier = duration_flag(flags, "outlier-threshold", o.outlier_threshold);
   if (!outlier) return outlier.error();
   o.outlier_threshold = *outlier;
+  auto hang = duration_flag(flags, "hang-threshold", o.hang_threshold);
+  if (!hang) return hang.error();
+  o.hang_threshold = *hang;
   auto rescan = duration_flag(flags, "rescan-interval", o.rescan_interval);
   if (!rescan) return rescan.error();
   o.rescan_interval = *rescan;

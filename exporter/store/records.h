@@ -31,6 +31,23 @@ struct Outlier {
   std::uint32_t preemptions = 0;
 };
 
+// A call still open at the end of the window (trace::InflightCall with names resolved).
+struct Inflight {
+  std::string cgroup;  // series label
+  int pid = 0;
+  int tid = 0;
+  std::string thread;
+  std::string call;
+  std::string api;
+  std::uint64_t age_ns = 0;
+  std::uint64_t runnable_ns = 0;
+  std::uint64_t blocked_ns = 0;
+  std::uint32_t preemptions = 0;
+  bool on_cpu = false;
+  int rank = -1;  // NCCL; -1: none or unknown (stored as NULL)
+  int world_size = -1;
+};
+
 struct WindowBatch {
   std::int64_t end_ns = 0;     // unix time the window ended: the rows' ts_ns
   std::int64_t window_ns = 0;
@@ -39,6 +56,7 @@ struct WindowBatch {
   std::vector<chains::ProcessWindow> processes;  // this window's deltas (window.h)
   std::vector<Outlier> outliers;                 // worst first, bounded by the caller
   std::vector<chains::Chain> chains;             // opened, updated or closed this window
+  std::vector<Inflight> inflight;                // calls open at the window's end
 
   size_t rows() const;
 };

@@ -73,6 +73,15 @@ ALTER TABLE cgroups ADD COLUMN container TEXT;
 ALTER TABLE preemptor_windows ADD COLUMN thread TEXT;
 ALTER TABLE preemptor_windows ADD COLUMN kernel_thread INTEGER;
 )sql",
+    // 4 → 5: calls still open at the end of a window (issue #21: hangs seen while they hang).
+    R"sql(
+CREATE TABLE inflight_windows(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL, tid INTEGER NOT NULL,
+  thread TEXT, call TEXT NOT NULL, api TEXT NOT NULL, age_ns INTEGER NOT NULL,
+  runnable_ns INTEGER NOT NULL, blocked_ns INTEGER NOT NULL, preemptions INTEGER NOT NULL,
+  on_cpu INTEGER NOT NULL, rank INTEGER, world_size INTEGER);
+CREATE INDEX inflight_windows_ts ON inflight_windows(ts_ns);
+)sql",
 };
 
 }  // namespace

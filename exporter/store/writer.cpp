@@ -50,6 +50,11 @@ constexpr const char* kPreemptorSql =
     "INSERT INTO preemptor_windows(ts_ns, cgroup, victim_pid, pid, comm, preemptor_cgroup, "
     "runnable_ns, count, thread, kernel_thread) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
+constexpr const char* kInflightSql =
+    "INSERT INTO inflight_windows(ts_ns, cgroup, pid, tid, thread, call, api, age_ns, "
+    "runnable_ns, blocked_ns, preemptions, on_cpu, rank, world_size) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+
 constexpr const char* kOutlierSql =
     "INSERT INTO outliers(ts_ns, cgroup, pid, tid, comm, call, api, duration_ns, runnable_ns, "
     "blocked_ns, preemptions) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
@@ -125,6 +130,7 @@ Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
       {&w.processes_, kProcessSql},       {&w.process_windows_, kProcessWindowSql},
       {&w.call_windows_, kCallWindowSql}, {&w.preemptors_, kPreemptorSql},
       {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
+      {&w.inflight_, kInflightSql},
   };
   for (const auto& [stmt, sql] : all) {
     auto st = Stmt::prepare(db, sql);
@@ -226,6 +232,21 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
       preemptors_.bind(10, std::int64_t{pr.kernel_thread ? 1 : 0});
       if (auto r = done(preemptors_); !r) return r;
     }
+  }
+
+  for (const auto& c : b.inflight) {
+    inflight_.bind(1, ts).bind(2, std::string_view(c.cgroup));
+    inflight_.bind(3, std::int64_t{c.pid}).bind(4, std::int64_t{c.tid});
+    bind_opt(inflight_, 5, c.thread);
+    inflight_.bind(6, std::string_view(c.call)).bind(7, std::string_view(c.api));
+    inflight_.bind(8, i64(c.age_ns)).bind(9, i64(c.runnable_ns)).bind(10, i64(c.blocked_ns));
+    inflight_.bind(11, std::int64_t{c.preemptions}).bind(12, std::int64_t{c.on_cpu ? 1 : 0});
+    if (c.world_size > 0) {
+      inflight_.bind(13, std::int64_t{c.rank}).bind(14, std::int64_t{c.world_size});
+    } else {
+      inflight_.bind_null(13).bind_null(14);
+    }
+    if (auto r = done(inflight_); !r) return r;
   }
 
   for (const auto& o : b.outliers) {

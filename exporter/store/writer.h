@@ -33,7 +33,7 @@ class BatchWriter {
 
   sqlite3* db_ = nullptr;
   Stmt windows_, cgroups_, processes_, process_windows_, call_windows_, preemptors_, outliers_,
-      chains_;
+      inflight_, chains_;
 };
 
 // JSON texts of chains.contributors and chains.evidence (docs/store.md).

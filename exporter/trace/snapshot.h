@@ -149,6 +149,32 @@ struct ProcessNccl {
 // The cumulative, mergeable part of a series: what the evidence sources read from the kernel's
 // maps, and what outlives a process (its retired map entries) or a vanished cgroup that shared
 // the series' label. add() merges all of it; the collector retires through it, once.
+// A call that has not returned, as the kernel held it at the end of the window (bpf/sched.h
+// struct inflight_call): what hangs is seen while it hangs.
+struct InflightCall {
+  int pid = 0;
+  int tid = 0;
+  std::string thread;          // the thread's name, escaped (common/strings.h escape_name)
+  std::uint32_t call_id = 0;   // trace/calls.h
+  int depth = 0;               // 0: the thread's outermost open call
+  std::uint64_t age_ns = 0;    // since its entry
+  std::uint64_t runnable_ns = 0;  // off-CPU so far, waiting for a CPU
+  std::uint64_t blocked_ns = 0;   // off-CPU so far, sleeping
+  std::uint32_t preemptions = 0;
+  bool on_cpu = false;         // the thread holds a CPU now
+  int rank = -1;               // an NCCL op's rank and world size, when its communicator is known
+  int world_size = -1;
+};
+
+// A communicator a CUDA process holds (bpf nccl_comms): which ranks of which world size live on
+// this host, so a rank that never entered a collective its peers hang in can be named.
+struct NcclMember {
+  std::string cgroup;  // the series label
+  int pid = 0;
+  int rank = -1;
+  int world_size = -1;
+};
+
 struct SeriesTotals {
   std::map<std::uint32_t, CallTotals> calls;  // by call id (trace/calls.h)
   OffcpuTotals offcpu;
@@ -184,6 +210,7 @@ struct Series : SeriesTotals {
   PressureTotals pressure;
   std::vector<ProcessIo> io_processes;   // live processes only
   std::vector<ProcessNccl> nccl_processes;  // live processes only
+  std::vector<InflightCall> inflight;  // open calls of live processes now, oldest first
 };
 
 // Cumulative totals of one window: `now` less `before` (null: nothing before, so all of `now`).
@@ -254,6 +281,7 @@ struct Snapshot {
   std::map<std::uint64_t, std::string> cgroup_labels;
   std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
   std::array<std::uint64_t, trace::kLruMaps> evicted{};  // cumulative, by enum sw_lru_map
+  std::vector<NcclMember> nccl_members;  // communicators of live processes now
   std::uint64_t outliers = 0;            // outlier records received, cumulative
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now
   std::uint64_t attached_libraries = 0;  // library files with probes now

@@ -157,6 +157,12 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
         errno);
   }
   t->attach_host_hooks();
+  // The task iterator over open calls: without it, hung calls are not seen (the rest works).
+  links->inflight_calls = bpf_program__attach_iter(progs->inflight_calls, nullptr);
+  if (!links->inflight_calls) {
+    SW_LOG(kWarn) << "attaching iter/task inflight_calls failed (" << std::strerror(errno)
+                  << "): calls that do not return (call_hang) will not be seen";
+  }
   t->rings_ = ring_buffer__new(bpf_map__fd(t->skel_->maps.outliers), handle_outlier, t.get(),
                                nullptr);
   if (!t->rings_) return load_error("creating the outlier ring buffer failed", errno);
@@ -201,6 +207,9 @@ int Tracer::map_fd(const char* name) const {
   const bpf_map* m = bpf_object__find_map_by_name(skel_->obj, name);
   if (!m) SW_LOG(kError) << "no map named " << name << " in the BPF object (a bug)";
   return m ? bpf_map__fd(m) : -1;
+}
+int Tracer::inflight_iter_link_fd() const {
+  return skel_->links.inflight_calls ? bpf_link__fd(skel_->links.inflight_calls) : -1;
 }
 bpf_program* Tracer::call_enter_program() const { return skel_->progs.cuda_enter; }
 bpf_program* Tracer::call_exit_program() const { return skel_->progs.cuda_exit; }

@@ -43,6 +43,9 @@ class Tracer {
   // The fd of a map of the skeleton by its name in bpf/ (the evidence sources find theirs);
   // -1 when there is no such map.
   int map_fd(const char* name) const;
+  // The link of the iter/task program inflight_calls (bpf_iter_create reads it); -1 when it
+  // could not be attached.
+  int inflight_iter_link_fd() const;
   bpf_program* call_enter_program() const;
   bpf_program* call_exit_program() const;
   bpf_program* nccl_enter_program() const;

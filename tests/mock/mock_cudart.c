@@ -10,7 +10,9 @@
 //  - the synchronize calls spin until the calling thread has used MOCK_CUDA_SYNC_CPU_US
 //    microseconds of CPU (default 50), so CPU contention inflates their wall time the way it
 //    inflates a real spin-wait; with MOCK_CUDA_SYNC_SLEEP_US (default 0) they first sleep that
-//    long, a blocking wait for a GPU that is busy (a GPU-bound job);
+//    long, a blocking wait for a GPU that is busy (a GPU-bound job); while the file named by
+//    MOCK_CUDA_HOLD_FILE exists they do not return (polling it every 10 ms, asleep): a hung
+//    GPU, released by removing the file;
 //  - cudaMalloc sleeps MOCK_CUDA_MALLOC_US microseconds of wall time (default 0): allocator stall;
 //    every MOCK_CUDA_MALLOC_SLOW_EVERY-th cudaMalloc of the process (default 0: none) also takes
 //    its slow path, a caching allocator growing its pool: MOCK_CUDA_MALLOC_SLOW_US microseconds
@@ -22,6 +24,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -117,7 +120,15 @@ static long long thread_cpu_ns(void) {
 static long sync_sleep_us_cache = -1;
 static void sleep_us(long us);
 
+// A hung synchronize: asleep while MOCK_CUDA_HOLD_FILE exists.
+static void hold(void) {
+  const char* path = getenv("MOCK_CUDA_HOLD_FILE");
+  if (path == NULL || *path == '\0') return;
+  while (access(path, F_OK) == 0) sleep_us(10000);
+}
+
 static void spin_wait(void) {
+  hold();
   long sleep = env_us("MOCK_CUDA_SYNC_SLEEP_US", 0, &sync_sleep_us_cache);
   if (sleep > 0) sleep_us(sleep);
   long us = env_us("MOCK_CUDA_SYNC_CPU_US", 50, &sync_cpu_us_cache);

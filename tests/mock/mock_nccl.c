@@ -8,7 +8,9 @@
 //  - a communicator (ncclComm_t) is a malloc'd struct holding rank and nranks; ncclCommSplit
 //    makes a new one with rank = key and nranks = the parent's (one colour per process);
 //  - collectives and send/recv sleep MOCK_NCCL_OP_US microseconds of wall time (default 0),
-//    so a test can make one rank a straggler; their buffers are never touched;
+//    so a test can make one rank a straggler; their buffers are never touched; while the file
+//    named by MOCK_NCCL_HOLD_FILE exists they do not return (asleep, polling every 10 ms): a
+//    collective waiting for a rank that never joins, released by removing the file;
 //  - ncclGetVersion reports 22703 (2.27.3).
 // Every entry point is noinline and marks its own index, so each keeps a distinct address
 // (no identical-code folding) and a uprobe on one never fires for another.
@@ -18,6 +20,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #define MOCK_API __attribute__((noinline, used, visibility("default")))
@@ -147,6 +150,11 @@ static long op_us(void) {
 static ncclResult_t run_op(ncclComm_t comm, ncclDataType_t datatype) {
   if (comm == NULL) return ncclInvalidArgument;
   if ((int)datatype < 0 || datatype >= ncclNumTypes) return ncclInvalidArgument;
+  const char* hold = getenv("MOCK_NCCL_HOLD_FILE");
+  if (hold != NULL && *hold != '\0') {
+    struct timespec tick = {0, 10000000};
+    while (access(hold, F_OK) == 0) nanosleep(&tick, NULL);
+  }
   long us = op_us();
   if (us > 0) {
     struct timespec left = {us / 1000000, (us % 1000000) * 1000};

@@ -180,6 +180,8 @@ TEST(ParseRunOptionsTest, RangesAreEnforced) {
            {"--window", "100000d"},
            {"--retention", "1ns"},
            {"--outlier-threshold", "1ns"},
+           {"--hang-threshold", "500ms"},
+           {"--hang-threshold", "2d"},
            {"--rescan-interval", "1ns"},
            {"--detach-linger", "2d"},
            {"--max-db", "2EiB"},
@@ -195,8 +197,9 @@ TEST(ParseRunOptionsTest, RangesAreEnforced) {
   }
   const auto edge = parse({"--window", "100ms", "--retention", "1m", "--outlier-threshold",
                            "10us", "--detach-linger", "0s", "--max-cgroups", "100000",
-                           "--max-libraries", "4096"});
+                           "--max-libraries", "4096", "--hang-threshold", "1s"});
   ASSERT_TRUE(edge.ok()) << edge.error().message;
+  EXPECT_EQ(edge->hang_threshold, std::chrono::seconds(1));
   EXPECT_EQ(edge->max_cgroups, 100000u);
   EXPECT_EQ(edge->max_libraries, 4096u);
   EXPECT_EQ(parse({"--max-libraries", "0"}).error().message,
@@ -337,6 +340,7 @@ const std::map<std::string, std::string>& samples() {
       {"retention", "12h"},
       {"window", "2s"},
       {"outlier-threshold", "2ms"},
+      {"hang-threshold", "90s"},
       {"rescan-interval", "1m"},
       {"detach-linger", "5s"},
       {"max-cgroups", "16"},

@@ -174,7 +174,7 @@ TEST_F(QueryTest, ReadingStatementsRun) {
   EXPECT_EQ(run_query({"--db", db_, "PRAGMA table_info(windows)"}).code, 0);
   Outcome o = run_query({"--db", db_, "--format", "csv", "PRAGMA user_version"});
   EXPECT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(o.out, "user_version\r\n4\r\n");
+  EXPECT_EQ(o.out, "user_version\r\n5\r\n");
   o = run_query({"--db", db_, "--format", "csv", "  -- comment\n SELECT 7 AS n; -- trailing\n;"});
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.out, "n\r\n7\r\n");
