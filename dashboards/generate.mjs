@@ -468,6 +468,8 @@ function workload() {
     [[`sum by (op, rank, world_size) (rate(stallwatch_nccl_op_duration_seconds_sum${sel()}[${RI}])) / sum by (op, rank, world_size) (rate(stallwatch_nccl_op_duration_seconds_count${sel()}[${RI}]))`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
   p.push(timeseries('NCCL op p99 per rank', 'p99 of stallwatch_nccl_op_duration_seconds per op, rank and world size.',
     [[hq('stallwatch_nccl_op_duration_seconds', 'op, rank, world_size'), '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
+  p.push(timeseries('Calls in flight (oldest open call per call)', 'stallwatch_cuda_call_inflight_seconds: how long the oldest call of each kind has been open (not returned). A line that climbs steadily is a hang; past --hang-threshold (60s) a call_hang chain opens and StallwatchCallHang pages.',
+    [[`max by (api, call) (stallwatch_cuda_call_inflight_seconds${sel()})`, '{{call}} ({{api}})']], { unit: 's', w: 24, min: 0 }));
 
   return dashboard({
     uid: 'stallwatch-workload',

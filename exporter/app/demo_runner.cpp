@@ -61,6 +61,8 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
   app::PipelineOptions popts;
   popts.engine.host_cpus = options.host_cpus;
   popts.engine.seed = options.seed;
+  // The scenarios are minutes long: a hang is reported after 5 s, not run's default 60 s.
+  popts.engine.hang_threshold_ns = 5'000'000'000ULL;
   popts.otlp = options.otlp;
   app::Pipeline pipeline(popts, board, store);
   SyntheticHost host;

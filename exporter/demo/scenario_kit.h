@@ -59,5 +59,6 @@ Scenario memory_pressure();
 Scenario io_stall();
 Scenario network_retransmit();
 Scenario nccl_straggler();
+Scenario nccl_hang();
 
 }  // namespace stallwatch::demo::kit

@@ -264,7 +264,7 @@ Scenario healthy() {
 std::vector<std::string> scenario_names() {
   return {"incident",        "cpu-contention", "cold-start",         "memcpy-bottleneck",
           "periodic-spike",  "gpu-steal",      "memory-pressure",    "io-stall",
-          "network-retransmit", "nccl-straggler", "cpu-steal", "healthy"};
+          "network-retransmit", "nccl-straggler", "nccl-hang", "cpu-steal", "healthy"};
 }
 
 std::optional<Scenario> make_scenario(const std::string& name) {
@@ -278,6 +278,7 @@ std::optional<Scenario> make_scenario(const std::string& name) {
   if (name == "io-stall") return kit::io_stall();
   if (name == "network-retransmit") return kit::network_retransmit();
   if (name == "nccl-straggler") return kit::nccl_straggler();
+  if (name == "nccl-hang") return kit::nccl_hang();
   if (name == "cpu-steal") return cpu_steal();
   if (name == "healthy") return healthy();
   return std::nullopt;

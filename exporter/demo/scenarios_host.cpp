@@ -1,5 +1,7 @@
 // The host-cause scenarios of issue 4: memory pressure, a slow disk, TCP retransmits, an NCCL
 // straggler. Each opens exactly one chain of its kind.
+#include <memory>
+
 #include "demo/scenario_kit.h"
 
 namespace stallwatch::demo::kit {
@@ -143,6 +145,57 @@ Scenario nccl_straggler() {
   s.phases.push_back(
       {"NCCL_IB_HCA pins each rank to the NIC next to its GPU", 4,
        [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) { ranks(h, now, w, 0); }});
+  return s;
+}
+
+Scenario nccl_hang() {
+  Scenario s{"nccl-hang",
+             "one of 4 local ranks stops before an all-reduce; the other 3 wait in it forever",
+             "3 CRITICAL call_hang chains, one per waiting rank, each naming rank 2 as the rank "
+             "that never entered the collective (the demo's hang threshold is 5s)",
+             {},
+             1};
+  // When the waiting ranks entered the all-reduce that never completes (unix ns, set once).
+  auto entered = std::make_shared<std::int64_t>(0);
+  auto ranks = [](SyntheticHost& h, std::int64_t now, std::int64_t w, bool calls) {
+    for (int rank = 0; rank < 4; rank++) {
+      const int pid = 2800 + rank;
+      if (!h.has_process(pid)) h.add_process(kTrainPod, pid, "python3", now - 3600000000000LL);
+      if (!calls) continue;
+      train(h, pid, w, calm());
+      h.nccl(pid, NcclMix{"ncclAllReduce", rank, 4, per_window(20, w), 52428800, 3000000, 0, 0,
+                          0.01, 0.5});
+    }
+  };
+  s.phases.push_back(
+      {"torchrun: a 4-rank job on one node; ncclAllReduce ~3ms on each rank", 4,
+       [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+         ranks(h, now, w, true);
+       }});
+  s.phases.push_back(
+      {"rank 2's DataLoader deadlocks before the next step: ranks 0, 1 and 3 enter "
+       "ncclAllReduce and wait for it, asleep; every GPU still reads busy",
+       8, [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+         ranks(h, now, w, false);
+         if (*entered == 0) *entered = now - w;
+         for (int rank : {0, 1, 3}) {
+           InflightCall c;
+           c.tid = 2800 + rank + 40;
+           c.thread = "python3";
+           c.age_ns = static_cast<std::uint64_t>(now - *entered);
+           c.blocked_ns = c.age_ns * 98 / 100;
+           c.runnable_ns = c.age_ns / 100;
+           c.rank = rank;
+           c.world_size = 4;
+           h.inflight(2800 + rank, "ncclAllReduce", c);
+         }
+       }});
+  s.phases.push_back(
+      {"the job is restarted from its checkpoint with the deadlock fixed", 4,
+       [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+         *entered = 0;
+         ranks(h, now, w, true);
+       }});
   return s;
 }
 

@@ -1,6 +1,7 @@
 #include "demo/synthetic.h"
 
 #include <algorithm>
+#include <set>
 #include <cstring>
 
 #include "identity/cgroup_identity.h"
@@ -133,6 +134,15 @@ void SyntheticHost::nccl(int pid, const NcclMix& mix) {
   t.bytes += mix.count * mix.bytes_each;
 }
 
+void SyntheticHost::inflight(int pid, std::string_view call, const InflightCall& open) {
+  auto it = procs_.find(pid);
+  if (it == procs_.end()) return;
+  InflightCall c = open;
+  c.pid = pid;
+  c.call_id = call_id(call);
+  it->second.inflight.push_back(std::move(c));
+}
+
 void SyntheticHost::io(const std::string& cgroup, int pid, const std::string& comm,
                        const IoMix& mix) {
   if (mix.count == 0) return;
@@ -197,8 +207,16 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
   snap->taken = taken;
   snap->window = window;
   snap->cpu_stolen = std::exchange(stolen_, {});
-  for (const auto& [pid, p] : procs_) {
+  for (auto& [pid, p] : procs_) {
     Series& s = snap->series[p.cgroup];
+    for (auto& c : std::exchange(p.inflight, {})) s.inflight.push_back(std::move(c));
+    // Its communicators, as the kernel's nccl_comms map knows them from the setup calls.
+    std::set<std::pair<int, int>> comms;
+    for (const auto& [key, t] : p.nccl) {
+      if (key.rank >= 0 && comms.insert({key.rank, key.world_size}).second) {
+        snap->nccl_members.push_back(NcclMember{p.cgroup, pid, key.rank, key.world_size});
+      }
+    }
     for (const auto& [id, t] : p.calls) {
       s.calls[id].add(t);
       s.processes.push_back(ProcessCall{pid, id, t});

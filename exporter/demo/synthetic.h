@@ -73,6 +73,9 @@ class SyntheticHost {
                     bool kernel_thread = false);
   // NCCL ops of a CUDA process (`pid` from add_process).
   void nccl(int pid, const NcclMix& mix);
+  // A call of `pid` named `call` still open at the end of this window (cleared after the next
+  // snapshot); `open` gives the rest (call_id is set from the name).
+  void inflight(int pid, std::string_view call, const InflightCall& open);
   // Block I/O submitted by any process of `cgroup` (a DataLoader worker need not issue CUDA).
   void io(const std::string& cgroup, int pid, const std::string& comm, const IoMix& mix);
   // Reclaim by the cgroup's tasks; `cuda_ns` is the part of it spent by CUDA-issuing threads.
@@ -101,6 +104,7 @@ class SyntheticHost {
     OffcpuTotals offcpu;
     std::map<int, Preemptor> preemptors;  // by preemptor pid
     std::map<NcclKey, NcclTotals> nccl;
+    std::vector<InflightCall> inflight;  // this window's
   };
   struct IoProc {
     std::string cgroup;

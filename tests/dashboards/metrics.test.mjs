@@ -27,6 +27,8 @@ const SCENARIOS = [
   ['io-stall', ['--hold'], 'stallwatch_block_io_duration_seconds_bucket', false],
   ['network-retransmit', ['--hold'], 'stallwatch_tcp_retransmits_total', false],
   ['nccl-straggler', ['--hold'], 'stallwatch_nccl_op_duration_seconds_bucket', false],
+  // Open calls exist only while the ranks hang: held there.
+  ['nccl-hang', ['--hold'], 'stallwatch_cuda_call_inflight_seconds', false],
   // Per-CPU steal exists only in the story's steal phase: fast windows, scraped as they pass.
   ['cpu-steal', ['--window', '200ms'], 'stallwatch_cpu_stolen_ratio', false],
 ];

@@ -7,6 +7,8 @@
 // No root, no GPU.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -191,6 +193,35 @@ TEST(ChainScenarios, NcclStragglerIsHighOnRankTwoNamingItsPeers) {
   EXPECT_NE(c.recommendation.find("nvidia-smi topo -m"), std::string::npos);
   EXPECT_FALSE(run.chains()[0].open);
   EXPECT_EQ(run.chains()[0].windows, 8u);
+}
+
+// nccl-hang: three of four local ranks wait in ncclAllReduce for rank 2, which never enters
+// it. One critical call_hang per waiting rank, each naming rank 2; they open once the open
+// call is 5 s old (the demo's threshold) and close when the job restarts.
+TEST(ChainScenarios, NcclHangNamesTheRankThatNeverEntered) {
+  chains::EngineOptions o = Driver::default_options();
+  o.hang_threshold_ns = 5 * kS;  // as `demo` runs it
+  for (std::int64_t window : {kS, 5 * kS}) {
+    Driver d(o, window);
+    ScenarioRun run = run_scenario("nccl-hang", d);
+    ASSERT_EQ(run.ids().size(), 3u) << window;
+    std::set<int> pids;
+    for (const Chain& c : run.openings()) {
+      EXPECT_EQ(c.kind, Kind::kCallHang);
+      EXPECT_EQ(c.severity, Severity::kCritical);
+      EXPECT_EQ(c.call, "ncclAllReduce");
+      EXPECT_EQ(c.api, "nccl");
+      EXPECT_GE(c.evidence_value("inflight_s"), 5.0);
+      EXPECT_EQ(c.evidence_value("world_size"), 4);
+      ASSERT_EQ(c.contributors.size(), 1u);
+      EXPECT_EQ(c.contributors[0].pid, 2802);
+      EXPECT_EQ(c.contributors[0].role, "rank 2, not in the collective");
+      EXPECT_NE(c.summary.find("rank 2 (PID 2802) has not entered it"), std::string::npos) << c.summary;
+      pids.insert(c.pid);
+    }
+    EXPECT_EQ(pids, (std::set<int>{2800, 2801, 2803}));
+    for (const Chain& c : run.chains()) EXPECT_FALSE(c.open) << "closed once the job restarts";
+  }
 }
 
 TEST(ChainScenarios, HostScenariosGiveTheSameChainsWithFiveSecondWindows) {
