@@ -161,7 +161,7 @@ struct HttpServer::Impl {
   bool stopping = false;
 
   Impl(const HttpOptions& o, const SnapshotBoard& board, BuildInfo build)
-      : options(o), routes(board, std::move(build), o.enable_debug) {}
+      : options(o), routes(board, std::move(build), o.enable_debug, o.classic_histograms) {}
 
   std::shared_ptr<const WebConfig> current_config() const { return std::atomic_load(&config); }
 
@@ -214,7 +214,7 @@ struct HttpServer::Impl {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (r.gzip) {
       MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
-      MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Accept-Encoding");
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Accept, Accept-Encoding");
     }
     for (const auto& [name, value] : cfg.headers) {
       MHD_add_response_header(resp, name.c_str(), value.c_str());
@@ -285,8 +285,9 @@ struct HttpServer::Impl {
       }
     }
     const char* enc = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept-Encoding");
+    const char* accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
     HttpRequest req{method ? method : "", url ? url : "",
-                    enc && std::strstr(enc, "gzip") != nullptr};
+                    enc && std::strstr(enc, "gzip") != nullptr, accept ? accept : ""};
     return self->send(c, self->routes.handle(req), *cfg, false);
   }
 

@@ -243,6 +243,22 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
     f.points.push_back(point(nullptr, std::move(labels), v));
     out.push_back(std::move(f));
   };
+  // The process metrics every exporter has (the daemon itself; `run` only).
+  if (snap.self) {
+    const host::SelfStats& p = *snap.self;
+    single("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+           MetricKind::kCounter, "s", p.cpu_seconds);
+    single("process_resident_memory_bytes", "Resident memory size in bytes.", MetricKind::kGauge,
+           "By", static_cast<double>(p.resident_bytes));
+    single("process_virtual_memory_bytes", "Virtual memory size in bytes.", MetricKind::kGauge,
+           "By", static_cast<double>(p.virtual_bytes));
+    single("process_open_fds", "Number of open file descriptors.", MetricKind::kGauge, "{fd}",
+           static_cast<double>(p.open_fds));
+    single("process_max_fds", "Maximum number of open file descriptors.", MetricKind::kGauge,
+           "{fd}", static_cast<double>(p.max_fds));
+    single("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+           MetricKind::kGauge, "s", p.start_time_seconds);
+  }
   single("stallwatch_outliers_total",
          "Calls at or above the outlier threshold delivered one by one to user space.",
          MetricKind::kCounter, "{call}", count(snap.outliers));

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "common/json.h"
+#include "metrics/proto_format.h"
 #include "metrics/otlp/wire.h"
 #include "trace/calls.h"
 #include "trace/histogram.h"
@@ -10,34 +11,44 @@
 
 namespace stallwatch::metrics {
 
-// The exposition of the latest snapshot, rendered once however many scrapers ask (an HA pair
-// of Prometheus servers, a person with curl) and gzip'd once for those that accept it. A
-// scrape that finds a newer snapshot renders it; concurrent scrapes of the same one wait for
-// that render instead of repeating it. Once gzip'd, the plain text is let go (Prometheus always
-// asks for gzip, and the text is ~60x larger); a plain request after that renders it again.
+// The exposition of the latest snapshot, rendered once per format however many scrapers ask
+// (an HA pair of Prometheus servers, a person with curl) and gzip'd once for those that accept
+// it; nothing is rendered in a format nobody asked for. A scrape that finds a newer snapshot
+// renders it; concurrent scrapes of the same one wait for that render instead of repeating it.
+// Once gzip'd, the plain bytes are let go (Prometheus always asks for gzip, and the text is
+// ~60x larger); a plain request after that renders again.
 class Routes::ExpositionCache {
  public:
   using Bytes = std::shared_ptr<const std::string>;
+  enum Format { kText = 0, kProtobuf = 1 };
 
-  Bytes get(const std::shared_ptr<const Snapshot>& snap, const BuildInfo& build, bool gzip) {
+  Bytes get(const std::shared_ptr<const Snapshot>& snap, const BuildInfo& build, Format format,
+            bool classic, bool gzip) {
     std::lock_guard lock(mu_);
     if (snapshot_ != snap) {
       snapshot_ = snap;  // kept, so its address is never reused while it is the key
-      text_.reset();
-      gzip_.reset();
+      for (auto& e : entries_) e = Entry{};
     }
-    if (gzip && gzip_) return gzip_;
-    if (!text_) text_ = std::make_shared<const std::string>(render_exposition(*snap, build));
-    if (!gzip) return text_;
-    gzip_ = std::make_shared<const std::string>(otlp::gzip_compress(*text_, 1));
-    text_.reset();  // a reply still writing it holds its own reference
-    return gzip_;
+    Entry& e = entries_[format];
+    if (gzip && e.gzip) return e.gzip;
+    if (!e.plain) {
+      e.plain = std::make_shared<const std::string>(
+          format == kText ? render_exposition(*snap, build)
+                          : render_protobuf(build_model(*snap, build), classic));
+    }
+    if (!gzip) return e.plain;
+    e.gzip = std::make_shared<const std::string>(otlp::gzip_compress(*e.plain, 1));
+    e.plain.reset();  // a reply still writing it holds its own reference
+    return e.gzip;
   }
 
  private:
+  struct Entry {
+    Bytes plain, gzip;
+  };
   std::mutex mu_;
   std::shared_ptr<const Snapshot> snapshot_;
-  Bytes text_, gzip_;
+  Entry entries_[2];
 };
 
 
@@ -169,10 +180,12 @@ HttpResponse text_response(int status, std::string body) {
   return r;
 }
 
-Routes::Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug)
+Routes::Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug,
+               bool classic_histograms)
     : board_(board),
       build_(std::move(build)),
       enable_debug_(enable_debug),
+      classic_histograms_(classic_histograms),
       cache_(std::make_unique<ExpositionCache>()) {}
 
 Routes::~Routes() = default;
@@ -183,9 +196,12 @@ HttpResponse Routes::handle(const HttpRequest& request) const {
   }
   if (request.path == "/metrics") {
     HttpResponse r;
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    const bool protobuf = accepts_protobuf(request.accept);
+    r.content_type = protobuf ? kProtobufContentType : "text/plain; version=0.0.4; charset=utf-8";
     r.gzip = request.accepts_gzip;
-    r.body = cache_->get(board_.current(), build_, r.gzip);
+    r.body = cache_->get(board_.current(), build_,
+                         protobuf ? ExpositionCache::kProtobuf : ExpositionCache::kText,
+                         classic_histograms_, r.gzip);
     return r;
   }
   if (request.path == "/healthz") {

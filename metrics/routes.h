@@ -1,5 +1,6 @@
 // What the HTTP endpoint answers, independent of the server library (metrics/http_server.h
-// runs it): /metrics (Prometheus text format from the latest snapshot), /healthz (200 once
+// runs it): /metrics (Prometheus text format from the latest snapshot, or the protobuf format
+// with native histograms for a scraper that asks for it: metrics/proto_format.h), /healthz (200 once
 // probes are attached, 503 before) and, only with --web.enable-debug, /debug/snapshot (the
 // snapshot as JSON with the pids, comms and cgroups of every workload and preemptor, for
 // humans and tests). Handlers only read the published snapshot (an atomic shared_ptr); they
@@ -29,6 +30,7 @@ struct HttpRequest {
   std::string_view method;
   std::string_view path;
   bool accepts_gzip = false;
+  std::string_view accept;  // the Accept header; "" when absent
 };
 
 struct HttpResponse {
@@ -42,7 +44,9 @@ HttpResponse text_response(int status, std::string body);
 
 class Routes {
  public:
-  Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug);
+  // `classic_histograms`: the protobuf exposition carries classic buckets beside the native.
+  Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug,
+         bool classic_histograms = true);
   ~Routes();
   HttpResponse handle(const HttpRequest& request) const;
 
@@ -51,6 +55,7 @@ class Routes {
   const SnapshotBoard& board_;
   BuildInfo build_;
   bool enable_debug_;
+  bool classic_histograms_;
   std::unique_ptr<ExpositionCache> cache_;
 };
 

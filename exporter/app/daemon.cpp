@@ -31,6 +31,7 @@
 #include "trace/sources.h"
 #include "trace/discovery.h"
 #include "host/host_sampler.h"
+#include "host/self_stats.h"
 #include "trace/tracer.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
@@ -130,6 +131,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   hopts.listen = o.listen;
   hopts.web_config_file = o.web_config_file;
   hopts.enable_debug = o.web_enable_debug;
+  hopts.classic_histograms = o.web_classic_histograms;
   hopts.max_connections = o.web_max_connections;
   auto http = metrics::HttpServer::start(hopts, board, build);
   if (!http) {
@@ -196,8 +198,9 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {
     if (keeper) pipeline.set_store(keeper->get(), true);  // reopened when due (store_keeper.h)
-    for (const auto& c : pipeline.window(collector.collect(o.window, counts()), outliers.drain(),
-                                         host.sample())) {
+    auto snap = collector.collect(o.window, counts());
+    snap->self = host::read_self_stats();
+    for (const auto& c : pipeline.window(std::move(snap), outliers.drain(), host.sample())) {
       if (c.open && announced.insert(c.id).second) SW_LOG(kInfo) << "chain opened: " << c.summary;
       if (!c.open) {
         announced.erase(c.id);

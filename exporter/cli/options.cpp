@@ -39,6 +39,8 @@ po::options_description run_options_description() {
      "preemptor (off by default)")
     ("web.max-connections", po::value<std::string>(), "open HTTP connections served; more get "
      "503 (4 to 10000, default 64)")
+    ("web.classic-histograms", po::value<std::string>(), "true (default): the protobuf "
+     "exposition carries classic buckets beside the native histograms; false: native only")
     ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
      "\"none\" keeps no store)")
     ("max-db", po::value<std::string>(), "prune the oldest data past this size: 2GiB, 500MiB "
@@ -195,6 +197,15 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     o.web_config_file = *web;
   }
   o.web_enable_debug = flags.find("web.enable-debug") != nullptr;
+  if (const std::string* classic = text_flag(flags, "web.classic-histograms", &source)) {
+    if (*classic == "true") {
+      o.web_classic_histograms = true;
+    } else if (*classic == "false") {
+      o.web_classic_histograms = false;
+    } else {
+      return make_error(source + " " + *classic + ": expected true or false");
+    }
+  }
   if (const std::string* max = text_flag(flags, "web.max-connections", &source)) {
     auto n = bounded_count(*max, source, 4, 10000);
     if (!n) return n.error();

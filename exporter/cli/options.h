@@ -23,6 +23,7 @@ struct RunOptions {
   std::string listen = "0.0.0.0:9464";
   std::string web_config_file;    // --web.config.file (metrics/web_config.h)
   bool web_enable_debug = false;  // --web.enable-debug: serve /debug/snapshot
+  bool web_classic_histograms = true;  // --web.classic-histograms: classic buckets in protobuf
   unsigned web_max_connections = 64;  // --web.max-connections
   std::string db = "/var/lib/stallwatch/stallwatch.db";
   std::chrono::nanoseconds window = std::chrono::seconds(5);

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "host/host_sampler.h"
 #include "host/pressure.h"
+#include "host/self_stats.h"
 #include "identity/cgroup_identity.h"
 #include "identity/kube_metadata.h"
 #include "trace/histogram.h"
@@ -282,6 +284,7 @@ struct Snapshot {
   std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
   std::array<std::uint64_t, trace::kLruMaps> evicted{};  // cumulative, by enum sw_lru_map
   std::vector<NcclMember> nccl_members;  // communicators of live processes now
+  std::optional<host::SelfStats> self;   // the daemon's own process (`run` only)
   std::uint64_t outliers = 0;            // outlier records received, cumulative
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now
   std::uint64_t attached_libraries = 0;  // library files with probes now

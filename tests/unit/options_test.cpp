@@ -335,6 +335,7 @@ std::string env_error_of(const std::vector<std::string>& env) {
 const std::map<std::string, std::string>& samples() {
   static const std::map<std::string, std::string> kSamples = {
       {"listen", "127.0.0.1:9100"},
+      {"web.classic-histograms", "false"},
       {"db", "/tmp/sw-env.db"},
       {"max-db", "1GiB"},
       {"retention", "12h"},
@@ -411,6 +412,11 @@ TEST(ParseRunOptionsTest, WebFlags) {
             "--web.max-connections 3 is out of range: use 4 to 10000");
   EXPECT_EQ(error_of({"--web.max-connections", "-1"}),
             "--web.max-connections -1 is out of range: use 4 to 10000");
+  EXPECT_TRUE(parse({})->web_classic_histograms);
+  EXPECT_FALSE(parse({"--web.classic-histograms", "false"})->web_classic_histograms);
+  EXPECT_TRUE(parse({"--web.classic-histograms=true"})->web_classic_histograms);
+  EXPECT_EQ(error_of({"--web.classic-histograms", "yes"}),
+            "--web.classic-histograms yes: expected true or false");
 }
 
 TEST(ParseRunOptionsTest, RepeatedFlagIsStillAnError) {
