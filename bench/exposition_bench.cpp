@@ -51,6 +51,7 @@
 #include "trace/snapshot.h"
 #include "demo/synthetic.h"
 #include "metrics/exposition.h"
+#include "metrics/proto_format.h"
 #include "oracle/prometheus_oracle.h"
 #include "metrics/http_server.h"
 #include "metrics/model.h"
@@ -287,7 +288,7 @@ Built build_snapshot(int n, std::uint64_t seed) {
   snap->attached_libraries = 3;
   snap->attached_probes = 2 * calls.size();
   snap->ready = true;
-  snap->store = {true, 720, 700000, 0, 0, 1200, 1, 26u << 20};
+  snap->store = {true, true, false, false, 720, 700000, 0, 0, 1200, 1, 26u << 20};
   snap->otlp.enabled = true;
   snap->otlp.requests = {{"metrics/success", 720}, {"metrics/failure", 3}, {"logs/success", 40}};
   snap->otlp.failures = {{"timeout", 2}, {"connection", 1}};
@@ -602,11 +603,51 @@ int main(int argc, char** argv) {
   table << line;
   bool target_pass = true;
   bool target_seen = false;
+  // Issue #18: the same snapshot in each format /metrics can answer, and with the cardinality
+  // settings: uncompressed and gzip'd bytes, render + gzip time (median of 3).
+  std::ostringstream formats;
+  formats << "\nformats (render + gzip ms, MB uncompressed / gzip'd):\n";
+  std::snprintf(line, sizeof line, "%7s %26s %26s %26s %26s\n", "cgroups", "text x2",
+                "text x16, ids none", "protobuf native+classic", "protobuf native only");
+  formats << line;
   for (size_t k = 0; k < sizes.size(); k++) {
     const int n = sizes[k];
     std::cerr << "[exposition_bench] building the snapshot of " << n << " cgroups\n";
     Built b = build_snapshot(n, 100 + static_cast<std::uint64_t>(n));
     auto render = bench_render(*b.snap, build, reps, max_s, n);
+    {
+      sw::metrics::ExpositionOptions lean;
+      lean.container_id = lean.pod = lean.pod_namespace = lean.container = false;
+      lean.ladder_step = 4;
+      auto measure = [&](const std::function<std::string()>& render_one) {
+        std::vector<double> ms;
+        size_t bytes = 0, gz = 0;
+        for (int i = 0; i < 3; i++) {
+          const auto a = SteadyClock::now();
+          const std::string body = render_one();
+          const std::string z = sw::otlp::gzip_compress(body, 1);
+          ms.push_back(seconds_since(a) * 1e3);
+          bytes = body.size();
+          gz = z.size();
+        }
+        char cell[64];
+        std::snprintf(cell, sizeof cell, "%6.1fms %7.2f/%6.2f", stats(ms).median,
+                      static_cast<double>(bytes) / 1e6, static_cast<double>(gz) / 1e6);
+        return std::string(cell);
+      };
+      const std::string t2 = measure([&] { return sw::metrics::render_exposition(*b.snap, build); });
+      const std::string t16 =
+          measure([&] { return sw::metrics::render_exposition(*b.snap, build, lean); });
+      const std::string pb = measure([&] {
+        return sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), true);
+      });
+      const std::string pn = measure([&] {
+        return sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), false);
+      });
+      std::snprintf(line, sizeof line, "%7d %26s %26s %26s %26s\n", n, t2.c_str(), t16.c_str(),
+                    pb.c_str(), pn.c_str());
+      formats << line;
+    }
     auto fresh = [&] { board.publish(std::make_shared<sw::Snapshot>(*b.snap)); };
     auto http = bench_http(curl, url, reps, max_s, n, "GET /metrics, gzip, fresh", true, fresh);
     auto plain = bench_http(curl, url, reps, max_s, n, "GET /metrics, plain, fresh", false, fresh);
@@ -666,6 +707,7 @@ int main(int argc, char** argv) {
            "gzip; cached: a second scrape of the same snapshot; otlp enc: explicit-bucket encode; MB: uncompressed (gzip: the requests gzip'd); snapMB: "
            "RSS growth for the snapshot; peakMB: peak RSS growth of one render. Target: GET p99 "
            "<= 50 ms at 256 cgroups\n";
+  table << formats.str();
   std::snprintf(line, sizeof line, "exposition_bench runtime %.0f s\n", total);
   table << line;
   curl_easy_cleanup(curl);

@@ -4,8 +4,12 @@
 
 namespace stallwatch::metrics {
 
-std::string render_exposition(const Snapshot& snap, const BuildInfo& build) {
-  return render_text(build_model(snap, build));
+std::string render_exposition(const Snapshot& snap, const BuildInfo& build,
+                              const ExpositionOptions& options) {
+  std::vector<Family> families = build_model(snap, build);
+  std::deque<identity::Identity> stripped;
+  strip_identity(families, options, stripped);
+  return render_text(families, options.ladder_step);
 }
 
 }  // namespace stallwatch::metrics

@@ -11,7 +11,9 @@
 
 namespace stallwatch::metrics {
 
-// What /metrics serves: the snapshot's model written by text_format.h.
-std::string render_exposition(const Snapshot& snap, const BuildInfo& build);
+// What /metrics serves: the snapshot's model written by text_format.h, with the deployment's
+// choice of identity labels and bucket ladder.
+std::string render_exposition(const Snapshot& snap, const BuildInfo& build,
+                              const ExpositionOptions& options = {});
 
 }  // namespace stallwatch::metrics

@@ -161,7 +161,8 @@ struct HttpServer::Impl {
   bool stopping = false;
 
   Impl(const HttpOptions& o, const SnapshotBoard& board, BuildInfo build)
-      : options(o), routes(board, std::move(build), o.enable_debug, o.classic_histograms) {}
+      : options(o), routes(board, std::move(build), o.enable_debug, o.classic_histograms,
+                                                   o.exposition) {}
 
   std::shared_ptr<const WebConfig> current_config() const { return std::atomic_load(&config); }
 

@@ -27,6 +27,7 @@ struct HttpOptions {
   std::string web_config_file;  // "" = plain HTTP, no authentication
   bool enable_debug = false;    // serve /debug/snapshot
   bool classic_histograms = true;  // classic buckets beside the native ones in protobuf
+  ExpositionOptions exposition;    // identity labels and bucket ladder of /metrics
   unsigned max_connections = 64;
   std::chrono::milliseconds header_timeout{5000};
   std::chrono::milliseconds idle_timeout{30000};

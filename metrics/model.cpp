@@ -403,6 +403,28 @@ void add_otlp_families(const OtlpStats& st, std::vector<Family>& out) {
 
 }  // namespace
 
+void strip_identity(std::vector<Family>& families, const ExpositionOptions& o,
+                    std::deque<identity::Identity>& holder) {
+  if (!o.drops_identity()) return;
+  std::map<const identity::Identity*, const identity::Identity*> stripped;
+  for (Family& f : families) {
+    if (f.name == "stallwatch_cgroup_info") continue;
+    for (Point& p : f.points) {
+      if (!p.workload) continue;
+      auto [it, fresh] = stripped.try_emplace(p.workload, nullptr);
+      if (fresh) {
+        identity::Identity& copy = holder.emplace_back(*p.workload);
+        if (!o.container_id) copy.container_id.clear();
+        if (!o.pod) copy.pod.clear();
+        if (!o.pod_namespace) copy.pod_namespace.clear();
+        if (!o.container) copy.container.clear();
+        it->second = &copy;
+      }
+      p.workload = it->second;
+    }
+  }
+}
+
 LabelPairs identity_labels(const identity::Identity& id) {
   LabelPairs l{{"cgroup", id.cgroup}};
   if (!id.container_id.empty()) l.emplace_back("container_id", id.container_id);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,25 @@ struct Family {
 // Every exported family of the snapshot, in exposition order. The CUDA call and chain families
 // are always there (possibly without points); the others only when they have points.
 std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build);
+
+// What a deployment chooses to expose on /metrics (run --metrics.identity-labels,
+// --metrics.histogram-ladder): fewer series labels and classic buckets at fleet scale.
+struct ExpositionOptions {
+  // Identity labels kept on every series beside `cgroup` (stallwatch_cgroup_info keeps them
+  // all, for joins).
+  bool container_id = true;
+  bool pod = true;
+  bool pod_namespace = true;
+  bool container = true;
+  int ladder_step = 1;  // classic `le` bounds: every power of two (1) or every 4th (4)
+  bool drops_identity() const { return !(container_id && pod && pod_namespace && container); }
+  bool operator==(const ExpositionOptions&) const = default;
+};
+
+// Points of every family but stallwatch_cgroup_info re-pointed at copies of their workload
+// without the identity labels `o` leaves out; the copies live in `holder`.
+void strip_identity(std::vector<Family>& families, const ExpositionOptions& o,
+                    std::deque<identity::Identity>& holder);
 
 // Identity labels of a workload, in label order: cgroup always, container_id when known.
 LabelPairs identity_labels(const identity::Identity& id);

@@ -77,7 +77,9 @@ void native(ProtoWriter& h, const trace::KernelBuckets& b) {
 
 }  // namespace
 
-std::string render_protobuf(const std::vector<Family>& families, bool classic) {
+std::string render_protobuf(const std::vector<Family>& families, bool classic,
+                            int ladder_step) {
+  const size_t step = ladder_step > 1 ? static_cast<size_t>(ladder_step) : 1;
   const std::vector<double> bounds = trace::exported_bounds();
   std::string out;
   for (const Family& f : families) {
@@ -103,6 +105,7 @@ std::string render_protobuf(const std::vector<Family>& families, bool classic) {
           std::uint64_t cumulative = 0;
           for (size_t i = 0; i < bounds.size(); ++i) {
             cumulative += counts[i];
+            if (i % step != 0) continue;
             ProtoWriter bucket;
             bucket.uint64_field(kBucketCumulative, cumulative);
             bucket.double_field(kBucketUpperBound, bounds[i]);

@@ -23,7 +23,9 @@ inline constexpr const char* kProtobufContentType =
     "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
     "encoding=delimited";
 
-std::string render_protobuf(const std::vector<Family>& families, bool classic);
+// `ladder_step` thins the classic buckets as render_text's does.
+std::string render_protobuf(const std::vector<Family>& families, bool classic,
+                            int ladder_step = 1);
 
 // Whether an Accept header asks for the delimited protobuf exposition (Prometheus with
 // --enable-feature=native-histograms puts it first); a q of 0 refuses it.

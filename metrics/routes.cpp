@@ -23,7 +23,7 @@ class Routes::ExpositionCache {
   enum Format { kText = 0, kProtobuf = 1 };
 
   Bytes get(const std::shared_ptr<const Snapshot>& snap, const BuildInfo& build, Format format,
-            bool classic, bool gzip) {
+            bool classic, const ExpositionOptions& options, bool gzip) {
     std::lock_guard lock(mu_);
     if (snapshot_ != snap) {
       snapshot_ = snap;  // kept, so its address is never reused while it is the key
@@ -32,9 +32,7 @@ class Routes::ExpositionCache {
     Entry& e = entries_[format];
     if (gzip && e.gzip) return e.gzip;
     if (!e.plain) {
-      e.plain = std::make_shared<const std::string>(
-          format == kText ? render_exposition(*snap, build)
-                          : render_protobuf(build_model(*snap, build), classic));
+      e.plain = std::make_shared<const std::string>(render(*snap, build, format, classic, options));
     }
     if (!gzip) return e.plain;
     e.gzip = std::make_shared<const std::string>(otlp::gzip_compress(*e.plain, 1));
@@ -46,6 +44,14 @@ class Routes::ExpositionCache {
   struct Entry {
     Bytes plain, gzip;
   };
+  static std::string render(const Snapshot& snap, const BuildInfo& build, Format format,
+                            bool classic, const ExpositionOptions& options) {
+    if (format == kText) return render_exposition(snap, build, options);
+    std::vector<Family> families = build_model(snap, build);
+    std::deque<identity::Identity> stripped;
+    strip_identity(families, options, stripped);
+    return render_protobuf(families, classic, options.ladder_step);
+  }
   std::mutex mu_;
   std::shared_ptr<const Snapshot> snapshot_;
   Entry entries_[2];
@@ -181,11 +187,12 @@ HttpResponse text_response(int status, std::string body) {
 }
 
 Routes::Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug,
-               bool classic_histograms)
+               bool classic_histograms, ExpositionOptions exposition)
     : board_(board),
       build_(std::move(build)),
       enable_debug_(enable_debug),
       classic_histograms_(classic_histograms),
+      exposition_(exposition),
       cache_(std::make_unique<ExpositionCache>()) {}
 
 Routes::~Routes() = default;
@@ -201,7 +208,7 @@ HttpResponse Routes::handle(const HttpRequest& request) const {
     r.gzip = request.accepts_gzip;
     r.body = cache_->get(board_.current(), build_,
                          protobuf ? ExpositionCache::kProtobuf : ExpositionCache::kText,
-                         classic_histograms_, r.gzip);
+                         classic_histograms_, exposition_, r.gzip);
     return r;
   }
   if (request.path == "/healthz") {

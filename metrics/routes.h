@@ -46,7 +46,7 @@ class Routes {
  public:
   // `classic_histograms`: the protobuf exposition carries classic buckets beside the native.
   Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug,
-         bool classic_histograms = true);
+         bool classic_histograms = true, ExpositionOptions exposition = {});
   ~Routes();
   HttpResponse handle(const HttpRequest& request) const;
 
@@ -56,6 +56,7 @@ class Routes {
   BuildInfo build_;
   bool enable_debug_;
   bool classic_histograms_;
+  ExpositionOptions exposition_;
   std::unique_ptr<ExpositionCache> cache_;
 };
 

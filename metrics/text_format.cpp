@@ -121,7 +121,8 @@ const char* type_name(MetricKind k) {
 
 }  // namespace
 
-std::string render_text(const std::vector<Family>& families) {
+std::string render_text(const std::vector<Family>& families, int ladder_step) {
+  const size_t step = ladder_step > 1 ? static_cast<size_t>(ladder_step) : 1;
   // le="..." of every exported bound, formatted once.
   static const std::vector<std::string> kLe = [] {
     std::vector<std::string> le;
@@ -175,6 +176,7 @@ std::string render_text(const std::vector<Family>& families) {
       std::uint64_t cumulative = 0;
       for (size_t i = 0; i + 1 < kLe.size(); ++i) {
         cumulative += counts[i];
+        if (i % step != 0) continue;
         head(out, f.name, "_bucket", labels, kLe[i]);
         append_uint(out, cumulative);
         out += '\n';

@@ -14,6 +14,7 @@
 
 namespace stallwatch::metrics {
 
-std::string render_text(const std::vector<Family>& families);
+// `ladder_step`: write every `le` bound (1) or every n-th of them (4: 2^-20, 2^-16, ... 2^4 s).
+std::string render_text(const std::vector<Family>& families, int ladder_step = 1);
 
 }  // namespace stallwatch::metrics

@@ -132,6 +132,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   hopts.web_config_file = o.web_config_file;
   hopts.enable_debug = o.web_enable_debug;
   hopts.classic_histograms = o.web_classic_histograms;
+  hopts.exposition = o.exposition;
   hopts.max_connections = o.web_max_connections;
   auto http = metrics::HttpServer::start(hopts, board, build);
   if (!http) {

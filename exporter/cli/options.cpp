@@ -41,6 +41,11 @@ po::options_description run_options_description() {
      "503 (4 to 10000, default 64)")
     ("web.classic-histograms", po::value<std::string>(), "true (default): the protobuf "
      "exposition carries classic buckets beside the native histograms; false: native only")
+    ("metrics.identity-labels", po::value<std::string>(), "identity labels on every series "
+     "beside cgroup: a comma list of container_id, pod, namespace, container, or none (default "
+     "all; stallwatch_cgroup_info keeps them all for joins)")
+    ("metrics.histogram-ladder", po::value<std::string>(), "classic histogram bounds: x2 "
+     "(default: every power of two, 27 bounds) or x16 (every 4th power, 7 bounds)")
     ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
      "\"none\" keeps no store)")
     ("max-db", po::value<std::string>(), "prune the oldest data past this size: 2GiB, 500MiB "
@@ -197,6 +202,40 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     o.web_config_file = *web;
   }
   o.web_enable_debug = flags.find("web.enable-debug") != nullptr;
+  if (const std::string* ids = text_flag(flags, "metrics.identity-labels", &source)) {
+    metrics::ExpositionOptions& e = o.exposition;
+    e.container_id = e.pod = e.pod_namespace = e.container = false;
+    if (*ids != "none") {
+      size_t start = 0;
+      while (start <= ids->size()) {
+        size_t end = ids->find(',', start);
+        if (end == std::string::npos) end = ids->size();
+        const std::string name = ids->substr(start, end - start);
+        if (name == "container_id") {
+          e.container_id = true;
+        } else if (name == "pod") {
+          e.pod = true;
+        } else if (name == "namespace") {
+          e.pod_namespace = true;
+        } else if (name == "container") {
+          e.container = true;
+        } else {
+          return make_error(source + " " + *ids + ": unknown label '" + name +
+                            "' (container_id, pod, namespace, container, or none)");
+        }
+        start = end + 1;
+      }
+    }
+  }
+  if (const std::string* ladder = text_flag(flags, "metrics.histogram-ladder", &source)) {
+    if (*ladder == "x2") {
+      o.exposition.ladder_step = 1;
+    } else if (*ladder == "x16") {
+      o.exposition.ladder_step = 4;
+    } else {
+      return make_error(source + " " + *ladder + ": expected x2 or x16");
+    }
+  }
   if (const std::string* classic = text_flag(flags, "web.classic-histograms", &source)) {
     if (*classic == "true") {
       o.web_classic_histograms = true;

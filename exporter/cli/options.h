@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/model.h"
 #include "common/log.h"
 #include "common/result.h"
 #include "metrics/otlp/config.h"
@@ -24,6 +25,8 @@ struct RunOptions {
   std::string web_config_file;    // --web.config.file (metrics/web_config.h)
   bool web_enable_debug = false;  // --web.enable-debug: serve /debug/snapshot
   bool web_classic_histograms = true;  // --web.classic-histograms: classic buckets in protobuf
+  // --metrics.identity-labels, --metrics.histogram-ladder
+  metrics::ExpositionOptions exposition;
   unsigned web_max_connections = 64;  // --web.max-connections
   std::string db = "/var/lib/stallwatch/stallwatch.db";
   std::chrono::nanoseconds window = std::chrono::seconds(5);

@@ -196,6 +196,37 @@ TEST(ExpositionTest, OffCpuAndRatios) {
                             R"(systemd_unit="",slurm_job="",slurm_step=""} 1)"));
 }
 
+// --metrics.identity-labels none and --metrics.histogram-ladder x16: series keep only `cgroup`,
+// stallwatch_cgroup_info keeps container_id for joins, and histograms have 7 finite bounds
+// (2^-20 .. 2^4 s) plus +Inf with the same cumulative counts where they coincide.
+TEST(ExpositionTest, IdentityLabelsAndLadderAreTheDeploymentsChoice) {
+  ExpositionOptions o;
+  o.container_id = o.pod = o.pod_namespace = o.container = false;
+  o.ladder_step = 4;
+  const std::string text = render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, o);
+  const std::string cg = "cgroup=\"" + kContainerCgroup + "\"";
+  EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_count{" + cg +
+                                R"(,api="runtime",call="cudaMemcpyAsync"} 2)"));
+  EXPECT_TRUE(HasLine(text, "stallwatch_offcpu_seconds_total{" + cg + R"(,state="runnable"} 2)"));
+  EXPECT_EQ(text.find("container_id=\"" + std::string(kContainerId) + "\",api"), std::string::npos);
+  EXPECT_NE(text.find("stallwatch_cgroup_info{" + cg + ",container_id=\"" + std::string(kContainerId)),
+            std::string::npos)
+      << "the info series keeps it";
+  size_t buckets = 0;
+  for (const std::string& l : lines_of(text)) {
+    if (l.starts_with("stallwatch_cuda_call_duration_seconds_bucket{" + cg +
+                      R"(,api="runtime",call="cudaMemcpyAsync")")) {
+      ++buckets;
+    }
+  }
+  EXPECT_EQ(buckets, 8u);
+  EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_bucket{" + cg +
+                                R"(,api="runtime",call="cudaMemcpyAsync",le="0.00390625"} 2)"));
+  EXPECT_EQ(text.find(R"(le="0.001953125")"), std::string::npos) << "not on the x16 ladder";
+  // The defaults render what render_exposition always did.
+  EXPECT_EQ(render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, ExpositionOptions{}), rendered());
+}
+
 TEST(ExpositionTest, DaemonFamilies) {
   const std::string text = rendered();
   EXPECT_TRUE(HasLine(text, R"(stallwatch_build_info{version="1.2.3",revision="abc"} 1)"));

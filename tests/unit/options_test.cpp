@@ -336,6 +336,8 @@ const std::map<std::string, std::string>& samples() {
   static const std::map<std::string, std::string> kSamples = {
       {"listen", "127.0.0.1:9100"},
       {"web.classic-histograms", "false"},
+      {"metrics.identity-labels", "pod,namespace"},
+      {"metrics.histogram-ladder", "x16"},
       {"db", "/tmp/sw-env.db"},
       {"max-db", "1GiB"},
       {"retention", "12h"},
@@ -417,6 +419,21 @@ TEST(ParseRunOptionsTest, WebFlags) {
   EXPECT_TRUE(parse({"--web.classic-histograms=true"})->web_classic_histograms);
   EXPECT_EQ(error_of({"--web.classic-histograms", "yes"}),
             "--web.classic-histograms yes: expected true or false");
+  const auto m = parse({"--metrics.identity-labels", "pod,namespace", "--metrics.histogram-ladder",
+                        "x16"});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_FALSE(m->exposition.container_id);
+  EXPECT_TRUE(m->exposition.pod);
+  EXPECT_TRUE(m->exposition.pod_namespace);
+  EXPECT_FALSE(m->exposition.container);
+  EXPECT_EQ(m->exposition.ladder_step, 4);
+  EXPECT_FALSE(parse({"--metrics.identity-labels", "none"})->exposition.pod);
+  EXPECT_FALSE(parse({})->exposition.drops_identity());
+  EXPECT_EQ(error_of({"--metrics.identity-labels", "pod,uid"}),
+            "--metrics.identity-labels pod,uid: unknown label 'uid' (container_id, pod, namespace, "
+            "container, or none)");
+  EXPECT_EQ(error_of({"--metrics.histogram-ladder", "x4"}),
+            "--metrics.histogram-ladder x4: expected x2 or x16");
 }
 
 TEST(ParseRunOptionsTest, RepeatedFlagIsStillAnError) {
