@@ -223,10 +223,16 @@ TEST_F(Hang, RankThatNeverEntersTheCollectiveIsNamed) {
   }
   EXPECT_EQ(hung_ranks, (std::set<int>{0, 1, 2, 4, 5, 6, 7}));
   std::cout << "call_hang: " << chains[0]["summary"].get<std::string>() << "\n";
-  // Release everyone.
-  ::unlink(hold_.c_str());
-  write_byte(never.write_end);
-  for (auto& r : ranks) EXPECT_EQ(r->wait(30s), 0);
+  // The job is killed instead of released: every chain closes with its process.
+  for (auto& r : ranks) r->stop();
+  ASSERT_TRUE(poll_until(
+      [&] {
+        chains = hang_chains(*daemon_, cg.label(), &raw);
+        return std::none_of(chains.begin(), chains.end(), [](const Json& c) { return c["open"] == true; });
+      },
+      20s, 500ms))
+      << "chains still open after the ranks were killed:\n" << raw;
+  EXPECT_EQ(chains.size(), static_cast<size_t>(kRanks - 1));
 }
 
 }  // namespace
