@@ -14,6 +14,6 @@ namespace stallwatch::metrics {
 // What /metrics serves: the snapshot's model written by text_format.h, with the deployment's
 // choice of identity labels and bucket ladder.
 std::string render_exposition(const Snapshot& snap, const BuildInfo& build,
-                              const ExpositionOptions& options = {});
+                              const ExpositionOptions& options = {}, bool openmetrics = false);
 
 }  // namespace stallwatch::metrics

@@ -4,6 +4,7 @@
 
 #include "common/json.h"
 #include "metrics/proto_format.h"
+#include "metrics/text_format.h"
 #include "metrics/otlp/wire.h"
 #include "trace/calls.h"
 #include "trace/histogram.h"
@@ -20,7 +21,7 @@ namespace stallwatch::metrics {
 class Routes::ExpositionCache {
  public:
   using Bytes = std::shared_ptr<const std::string>;
-  enum Format { kText = 0, kProtobuf = 1 };
+  enum Format { kText = 0, kProtobuf = 1, kOpenMetrics = 2 };
 
   Bytes get(const std::shared_ptr<const Snapshot>& snap, const BuildInfo& build, Format format,
             bool classic, const ExpositionOptions& options, bool gzip) {
@@ -46,7 +47,7 @@ class Routes::ExpositionCache {
   };
   static std::string render(const Snapshot& snap, const BuildInfo& build, Format format,
                             bool classic, const ExpositionOptions& options) {
-    if (format == kText) return render_exposition(snap, build, options);
+    if (format != kProtobuf) return render_exposition(snap, build, options, format == kOpenMetrics);
     std::vector<Family> families = build_model(snap, build);
     std::deque<identity::Identity> stripped;
     strip_identity(families, options, stripped);
@@ -54,7 +55,7 @@ class Routes::ExpositionCache {
   }
   std::mutex mu_;
   std::shared_ptr<const Snapshot> snapshot_;
-  Entry entries_[2];
+  Entry entries_[3];
 };
 
 
@@ -203,12 +204,20 @@ HttpResponse Routes::handle(const HttpRequest& request) const {
   }
   if (request.path == "/metrics") {
     HttpResponse r;
-    const bool protobuf = accepts_protobuf(request.accept);
-    r.content_type = protobuf ? kProtobufContentType : "text/plain; version=0.0.4; charset=utf-8";
+    // Protobuf for a scraper that takes it (native histograms), else OpenMetrics when asked
+    // for, else text 0.0.4.
+    ExpositionCache::Format format = ExpositionCache::kText;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    if (accepts_protobuf(request.accept)) {
+      format = ExpositionCache::kProtobuf;
+      r.content_type = kProtobufContentType;
+    } else if (accepts_openmetrics(request.accept)) {
+      format = ExpositionCache::kOpenMetrics;
+      r.content_type = kOpenMetricsContentType;
+    }
     r.gzip = request.accepts_gzip;
-    r.body = cache_->get(board_.current(), build_,
-                         protobuf ? ExpositionCache::kProtobuf : ExpositionCache::kText,
-                         classic_histograms_, exposition_, r.gzip);
+    r.body = cache_->get(board_.current(), build_, format, classic_histograms_, exposition_,
+                         r.gzip);
     return r;
   }
   if (request.path == "/healthz") {

@@ -1,6 +1,8 @@
 #include "metrics/text_format.h"
 
+#include <cctype>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <unordered_map>
 
@@ -33,11 +35,13 @@ void append_escaped(std::string& out, std::string_view raw) {
   }
 }
 
-// HELP text: backslash and line feed escaped.
-void append_help(std::string& out, std::string_view v) {
+// HELP text: backslash and line feed escaped (and the double quote, in OpenMetrics).
+void append_help(std::string& out, std::string_view v, bool openmetrics = false) {
   for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
+    } else if (c == '"' && openmetrics) {
+      out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
     } else {
@@ -121,7 +125,7 @@ const char* type_name(MetricKind k) {
 
 }  // namespace
 
-std::string render_text(const std::vector<Family>& families, int ladder_step) {
+std::string render_text(const std::vector<Family>& families, int ladder_step, bool openmetrics) {
   const size_t step = ladder_step > 1 ? static_cast<size_t>(ladder_step) : 1;
   // le="..." of every exported bound, formatted once.
   static const std::vector<std::string> kLe = [] {
@@ -147,12 +151,17 @@ std::string render_text(const std::vector<Family>& families, int ladder_step) {
   LabelBlocks blocks;
   std::string labels;
   for (const Family& f : families) {
+    // OpenMetrics names a counter family without its samples' `_total`.
+    std::string_view family_name = f.name;
+    if (openmetrics && f.kind == MetricKind::kCounter && family_name.ends_with("_total")) {
+      family_name.remove_suffix(6);
+    }
     out += "# HELP ";
-    out += f.name;
+    out += family_name;
     out += ' ';
-    append_help(out, f.help);
+    append_help(out, f.help, openmetrics);
     out += "\n# TYPE ";
-    out += f.name;
+    out += family_name;
     out += ' ';
     out += type_name(f.kind);
     out += '\n';
@@ -166,12 +175,15 @@ std::string render_text(const std::vector<Family>& families, int ladder_step) {
         continue;
       }
       const HistogramValue& h = p.histogram;
-      head(out, f.name, "_count", labels);
-      append_uint(out, h.count);
-      out += '\n';
-      head(out, f.name, "_sum", labels);
-      append_double(out, static_cast<double>(h.sum_ns) / 1e9);
-      out += '\n';
+      auto count_and_sum = [&] {
+        head(out, f.name, "_count", labels);
+        append_uint(out, h.count);
+        out += '\n';
+        head(out, f.name, "_sum", labels);
+        append_double(out, static_cast<double>(h.sum_ns) / 1e9);
+        out += '\n';
+      };
+      if (!openmetrics) count_and_sum();  // OpenMetrics: buckets first
       const auto counts = trace::fold_to_exported(h.buckets);
       std::uint64_t cumulative = 0;
       for (size_t i = 0; i + 1 < kLe.size(); ++i) {
@@ -184,9 +196,29 @@ std::string render_text(const std::vector<Family>& families, int ladder_step) {
       head(out, f.name, "_bucket", labels, kLe.back());
       append_uint(out, h.count);
       out += '\n';
+      if (openmetrics) count_and_sum();
     }
   }
+  if (openmetrics) out += "# EOF\n";
   return out;
+}
+
+bool accepts_openmetrics(std::string_view accept) {
+  size_t start = 0;
+  while (start <= accept.size()) {
+    size_t end = accept.find(',', start);
+    if (end == std::string_view::npos) end = accept.size();
+    std::string range;
+    for (char c : accept.substr(start, end - start)) {
+      if (c != ' ' && c != '\t') range += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    if (range.rfind("application/openmetrics-text", 0) == 0) {
+      const size_t q = range.find(";q=");
+      if (q == std::string::npos || std::strtod(range.c_str() + q + 3, nullptr) > 0) return true;
+    }
+    start = end + 1;
+  }
+  return false;
 }
 
 }  // namespace stallwatch::metrics

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "metrics/model.h"
@@ -15,6 +16,14 @@
 namespace stallwatch::metrics {
 
 // `ladder_step`: write every `le` bound (1) or every n-th of them (4: 2^-20, 2^-16, ... 2^4 s).
-std::string render_text(const std::vector<Family>& families, int ladder_step = 1);
+// `openmetrics`: the OpenMetrics text 1.0.0 form instead (counter families named without
+// `_total`, histogram buckets before their count and sum, `# EOF` at the end).
+std::string render_text(const std::vector<Family>& families, int ladder_step = 1,
+                        bool openmetrics = false);
+
+inline constexpr const char* kOpenMetricsContentType =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+// Whether an Accept header asks for OpenMetrics text (any version; a q of 0 refuses it).
+bool accepts_openmetrics(std::string_view accept);
 
 }  // namespace stallwatch::metrics

@@ -2,6 +2,7 @@
 // format, checked line by line (labels appear in the order exposition.cpp gives them) and by
 // `promtool check metrics`.
 #include "metrics/exposition.h"
+#include "metrics/text_format.h"
 #include "oracle/prometheus_oracle.h"
 
 #include <gtest/gtest.h>
@@ -225,6 +226,28 @@ TEST(ExpositionTest, IdentityLabelsAndLadderAreTheDeploymentsChoice) {
   EXPECT_EQ(text.find(R"(le="0.001953125")"), std::string::npos) << "not on the x16 ladder";
   // The defaults render what render_exposition always did.
   EXPECT_EQ(render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, ExpositionOptions{}), rendered());
+}
+
+// OpenMetrics text 1.0.0 (what a Prometheus without native histograms asks for first): counter
+// families named without `_total`, buckets before count and sum, quotes escaped in HELP, # EOF.
+TEST(ExpositionTest, OpenMetricsForm) {
+  const std::string text = render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, {}, true);
+  EXPECT_TRUE(HasLine(text, "# TYPE stallwatch_outliers counter"));
+  EXPECT_TRUE(HasLine(text, "stallwatch_outliers_total 17"));
+  EXPECT_EQ(text.find("# TYPE stallwatch_outliers_total"), std::string::npos);
+  EXPECT_TRUE(text.ends_with("\n# EOF\n"));
+  const size_t bucket = text.find("stallwatch_cuda_call_duration_seconds_bucket{");
+  const size_t count = text.find("stallwatch_cuda_call_duration_seconds_count{");
+  ASSERT_NE(bucket, std::string::npos);
+  EXPECT_LT(bucket, count) << "buckets first";
+  EXPECT_EQ(text.find("(\"\" until known)"), std::string::npos);
+  EXPECT_TRUE(accepts_openmetrics(
+      "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+      "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"));
+  EXPECT_FALSE(accepts_openmetrics("text/plain;version=0.0.4"));
+  EXPECT_FALSE(accepts_openmetrics("application/openmetrics-text;q=0"));
+  // The text form is what it was.
+  EXPECT_EQ(render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, {}, false), rendered());
 }
 
 TEST(ExpositionTest, DaemonFamilies) {
