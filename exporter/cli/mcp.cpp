@@ -484,6 +484,10 @@ void serve_mcp(McpServer& server, std::istream& in, std::ostream& out) {
     too_long = false;
     if (!out) return;  // the client went away
   }
+  // A last message without its newline, at the end of input.
+  if (!too_long && line.find_first_not_of(" \t\r") != std::string::npos) {
+    if (auto reply = server.handle(line, now())) out << *reply << "\n" << std::flush;
+  }
 }
 
 int mcp_main(const std::vector<std::string>& args) {
