@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -607,8 +608,9 @@ int main(int argc, char** argv) {
   // settings: uncompressed and gzip'd bytes, render + gzip time (median of 3).
   std::ostringstream formats;
   formats << "\nformats (render + gzip ms, MB uncompressed / gzip'd):\n";
-  std::snprintf(line, sizeof line, "%7s %26s %26s %26s %26s\n", "cgroups", "text x2",
-                "text x16, ids none", "protobuf native+classic", "protobuf native only");
+  std::snprintf(line, sizeof line, "%7s %26s %26s %26s %26s %26s\n", "cgroups", "text x2",
+                "text x16, ids none", "protobuf native+classic", "protobuf native only",
+                "protobuf native, ids none");
   formats << line;
   for (size_t k = 0; k < sizes.size(); k++) {
     const int n = sizes[k];
@@ -644,8 +646,14 @@ int main(int argc, char** argv) {
       const std::string pn = measure([&] {
         return sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), false);
       });
-      std::snprintf(line, sizeof line, "%7d %26s %26s %26s %26s\n", n, t2.c_str(), t16.c_str(),
-                    pb.c_str(), pn.c_str());
+      const std::string pl = measure([&] {
+        auto families = sw::metrics::build_model(*b.snap, build);
+        std::deque<sw::identity::Identity> stripped;
+        sw::metrics::strip_identity(families, lean, stripped);
+        return sw::metrics::render_protobuf(families, false);
+      });
+      std::snprintf(line, sizeof line, "%7d %26s %26s %26s %26s %26s\n", n, t2.c_str(),
+                    t16.c_str(), pb.c_str(), pn.c_str(), pl.c_str());
       formats << line;
     }
     auto fresh = [&] { board.publish(std::make_shared<sw::Snapshot>(*b.snap)); };
