@@ -63,12 +63,27 @@ static __always_inline struct call_frame *sw_call_enter(struct pt_regs *ctx, __u
 		/*
 		 * The same entry seen twice: two probe sets on one function, e.g. while a detached
 		 * copy's probes are still being torn down, or one file reached through two inodes.
-		 * Count the call once; skip one of the two returns.
+		 * Count the call once; skip one of the two returns. The two fire back to back: an
+		 * older frame at the same place is a call that left without its uretprobe, dropped
+		 * below.
 		 */
 		f = &t->frames[(d - 1) & (SW_MAX_DEPTH - 1)];
-		if (f->sp == sp && f->call_id == call_id) {
+		if (f->sp == sp && f->call_id == call_id && now - f->start_ns < SW_DOUBLE_PROBE_NS) {
 			t->unmatched++;
 			return NULL;
+		}
+	}
+	/*
+	 * Frames at or below this entry's stack pointer belong to calls that left without their
+	 * uretprobe (a longjmp or an exception across the library, probes detached mid-call): the
+	 * stack has unwound past them, since a call nested in another enters lower. Drop them, or
+	 * they would stay open for ever and read as a hang (inflight_calls).
+	 */
+	for (int i = 0; i < SW_MAX_DEPTH; i++) {
+		/* The outermost such frame: the ones above it entered lower still. */
+		if ((__u32)i < d && t->frames[i].sp <= sp) {
+			d = i;
+			break;
 		}
 	}
 	if (d >= SW_MAX_DEPTH) {

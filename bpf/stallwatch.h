@@ -20,6 +20,8 @@
 #define SW_TICK_SHIFT 30
 #define SW_NS_PER_S 1000000000ULL
 #define SW_MAX_DEPTH 4
+/* Two probe sets on one entry fire within this of each other (calls.bpf.h sw_call_enter). */
+#define SW_DOUBLE_PROBE_NS 1000000ULL
 #define SW_COMM_LEN 16
 /*
  * A process's start tag: its start time since boot (task->group_leader->start_boottime) in

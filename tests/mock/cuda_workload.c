@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 
 #include <dlfcn.h>
+#include <setjmp.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -55,6 +56,9 @@ static const char kUsage[] =
     "                       writes every page and unmaps it (host staging buffers)\n"
     "  --leak-kb K          the same, but keeps the memory: resident size grows by K KiB per\n"
     "                       iteration and thread (drives a memory-limited cgroup to OOM)\n"
+    "  --escape-first-sync  before its loop each thread makes the first call of SPEC (it must\n"
+    "                       be cudaStreamSynchronize) once more, and the mock leaves it by\n"
+    "                       longjmp (mock_cuda_set_escape), as an exception unwinds a call\n"
     "  --leak-comms C       after the communicator, C more ncclCommInitRank calls whose\n"
     "                       communicators are never destroyed (needs --rank)\n"
     "Makes exactly sum(count) * N * T calls (plus ncclGetUniqueId, ncclCommInitRank and\n"
@@ -313,6 +317,8 @@ struct plan {
   long wait_fd;            // -1: none
   unsigned long touch_kb;  // transient anonymous memory per iteration
   unsigned long leak_kb;   // kept anonymous memory per iteration
+  void* cudart;            // for --escape-first-sync
+  int escape_first_sync;   // each thread's first cudaStreamSynchronize leaves by longjmp
 };
 
 static unsigned long long calls_made;  // updated with __atomic builtins
@@ -402,6 +408,21 @@ static void* run_thread(void* arg) {
     exit(1);
   }
   memset(ctx->src, 0xab, sizeof(ctx->src));
+  if (p->escape_first_sync) {
+    // A call that never returns through its uretprobe: the mock longjmps out of it.
+    // Made through the same caller as the loop's calls (the first step, which must be
+    // cudaStreamSynchronize), so it enters at the same stack depth as the calls after it.
+    void (*set_escape)(void*) = (void (*)(void*))dlsym(p->cudart, "mock_cuda_set_escape");
+    if (set_escape == NULL || p->nsteps == 0) {
+      fprintf(stderr, "cuda_workload: --escape-first-sync needs the mock libcudart\n");
+      exit(1);
+    }
+    sigjmp_buf jb;
+    if (sigsetjmp(jb, 0) == 0) {
+      set_escape(&jb);
+      p->steps[0].call(p->steps[0].sym, ctx);
+    }
+  }
   int first = 1;
   for (unsigned long it = 0; it < p->iterations; ++it) {
     if (p->wait_fd >= 0) wait_byte(p->wait_fd);
@@ -438,7 +459,7 @@ int main(int argc, char** argv) {
   const char* nccl_path = NULL;
   const char* spec_arg = kDefaultSpec;
   unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
-  unsigned long touch_kb = 0, leak_kb = 0, leak_comms = 0;
+  unsigned long touch_kb = 0, leak_kb = 0, leak_comms = 0, escape_first_sync = 0;
   long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1;
 
   static const struct option kOptions[] = {
@@ -458,6 +479,7 @@ int main(int argc, char** argv) {
       {"touch-kb", required_argument, NULL, 'T'},
       {"leak-kb", required_argument, NULL, 'L'},
       {"leak-comms", required_argument, NULL, 'C'},
+      {"escape-first-sync", no_argument, NULL, 'E'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -509,6 +531,9 @@ int main(int argc, char** argv) {
       case 'L':
         leak_kb = parse_number(optarg, 16UL << 20, "--leak-kb");
         break;
+      case 'E':
+        escape_first_sync = 1;
+        break;
       case 'C':
         leak_comms = parse_number(optarg, 1UL << 20, "--leak-comms");
         break;
@@ -536,7 +561,8 @@ int main(int argc, char** argv) {
     perror("cuda_workload: strdup");
     return 1;
   }
-  struct plan plan = {NULL, 0, iterations, spacing_us, 0, wait_fd, touch_kb, leak_kb};
+  struct plan plan = {NULL, 0,      iterations, spacing_us, 0, wait_fd, touch_kb, leak_kb,
+                      cudart, (int)escape_first_sync};
   build_plan(spec, cudart, cuda, nccl, &plan);
   if (plan.needs_comm && rank < 0) usage_error("NCCL calls in --calls need --rank and --nranks");
 

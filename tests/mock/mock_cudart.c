@@ -13,6 +13,9 @@
 //    long, a blocking wait for a GPU that is busy (a GPU-bound job); while the file named by
 //    MOCK_CUDA_HOLD_FILE exists they do not return (polling it every 10 ms, asleep): a hung
 //    GPU, released by removing the file;
+//  - after mock_cuda_set_escape(buf) (not a CUDA symbol: for the test workload), the calling
+//    thread's next cudaStreamSynchronize leaves by siglongjmp(buf) instead of returning, as a
+//    call unwound by an exception does: its uretprobe never fires;
 //  - cudaMalloc sleeps MOCK_CUDA_MALLOC_US microseconds of wall time (default 0): allocator stall;
 //    every MOCK_CUDA_MALLOC_SLOW_EVERY-th cudaMalloc of the process (default 0: none) also takes
 //    its slow path, a caching allocator growing its pool: MOCK_CUDA_MALLOC_SLOW_US microseconds
@@ -23,6 +26,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <setjmp.h>
 #include <stddef.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -273,9 +277,18 @@ MOCK_API cudaError_t cudaMemset_ptds(void* devPtr, int value, size_t count) {
   return cudaSuccess;
 }
 
+static __thread sigjmp_buf* escape_buf;
+
+MOCK_API void mock_cuda_set_escape(void* buf) { escape_buf = buf; }
+
 MOCK_API cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   mark(kCudaStreamSynchronize);
   (void)stream;
+  if (escape_buf != NULL) {
+    sigjmp_buf* to = escape_buf;
+    escape_buf = NULL;
+    siglongjmp(*to, 1);
+  }
   spin_wait();
   return cudaSuccess;
 }

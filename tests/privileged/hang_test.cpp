@@ -177,6 +177,34 @@ TEST_F(Hang, LongLoopOfShortCallsNeverOpensIt) {
   EXPECT_LT(oldest, 0.5) << "an open call lived longer than any of its calls";
 }
 
+// A call left by longjmp (an exception unwinding through the library) never fires its
+// uretprobe; the thread's next call from the same depth drops its frame, so it is not a hang.
+TEST_F(Hang, CallLeftByLongjmpIsNotAHang) {
+  TestCgroup cg(unique("escaped"));
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
+            "--iterations", "3000", "--escape-first-sync", "--start-delay-ms", "300"};
+  s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "1000"}};
+  s.cgroup_dir = cg.dir();
+  Child w(s);
+  double oldest = 0;
+  while (w.running()) {
+    auto x = parse_exposition(daemon_->metrics());
+    oldest = std::max(oldest, sum_samples(x, "stallwatch_cuda_call_inflight_seconds", {{"cgroup", cg.label()}}));
+    std::this_thread::sleep_for(200ms);
+  }
+  ASSERT_EQ(w.wait(30s), 0);
+  ASSERT_TRUE(daemon_->wait_windows(2));
+  auto x = parse_exposition(daemon_->metrics());
+  EXPECT_GE(sum_samples(x, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaStreamSynchronize"}}),
+            2999)
+      << "the calls after the escaped one are traced (the first, made within 1 ms of the "
+         "escaped one at the same place, may be taken for a second probe on it)";
+  EXPECT_EQ(chains_total(x, cg.label(), "call_hang"), 0);
+  EXPECT_LT(oldest, 0.5) << "the escaped call's frame stayed open";
+}
+
 TEST_F(Hang, RankThatNeverEntersTheCollectiveIsNamed) {
   constexpr int kRanks = 8, kMissing = 3;
   TestCgroup cg(unique("job"));
