@@ -9,6 +9,7 @@
 
 #include "cli/explain.h"
 #include "cli/flags.h"
+#include "cli/options.h"
 #include "common/duration.h"
 #include "common/log.h"
 #include "app/demo_runner.h"
@@ -52,7 +53,9 @@ const char* const kDemoUsage =
     "  --otlp-*            push the windows and chains over OTLP, as `stallwatch run` does\n"
     "                      (see `stallwatch run --help`; OTEL_* variables apply too)\n"
     "  --log.level LEVEL   debug, info, warn or error (default info); -v is debug\n"
-    "  --log.format FORMAT logfmt or json, one line per message (default: plain lines)\n";
+    "  --log.format FORMAT logfmt or json, one line per message (default: plain lines)\n"
+    "  --metrics.identity-labels LIST, --metrics.histogram-ladder x2|x16\n"
+    "                      what /metrics carries, as `stallwatch run --help` describes\n";
 
 Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
   po::options_description desc;
@@ -65,7 +68,9 @@ Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
     ("window", po::value<std::string>(), "")
     ("fast", "")
     ("hold", "")
-    ("json", "");
+    ("json", "")
+    ("metrics.identity-labels", po::value<std::string>(), "")
+    ("metrics.histogram-ladder", po::value<std::string>(), "");
   // clang-format on
   add_log_flags(desc);
   for (const auto& f : otlp::push_flag_infos()) {
@@ -89,6 +94,16 @@ Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
     o.scenario = names.front();
   }
   if (vm->count("listen")) o.listen = (*vm)["listen"].as<std::string>();
+  if (vm->count("metrics.identity-labels")) {
+    auto r = set_identity_labels((*vm)["metrics.identity-labels"].as<std::string>(),
+                                 "--metrics.identity-labels", o.exposition);
+    if (!r) return r.error();
+  }
+  if (vm->count("metrics.histogram-ladder")) {
+    auto r = set_histogram_ladder((*vm)["metrics.histogram-ladder"].as<std::string>(),
+                                  "--metrics.histogram-ladder", o.exposition);
+    if (!r) return r.error();
+  }
   if (vm->count("db")) o.db = (*vm)["db"].as<std::string>();
   if (vm->count("window")) {
     const std::string v = (*vm)["window"].as<std::string>();
@@ -172,7 +187,11 @@ int demo_main(const std::vector<std::string>& args) {
   metrics::SnapshotBoard board;
   std::unique_ptr<metrics::HttpServer> http;
   if (!listen.empty()) {
-    auto h = metrics::HttpServer::start(listen, board,
+    metrics::HttpOptions hopts;
+    hopts.listen = listen;
+    hopts.enable_debug = true;  // the demo's own data, no host to protect
+    hopts.exposition = opts.exposition;
+    auto h = metrics::HttpServer::start(hopts, board,
                                         metrics::BuildInfo{STALLWATCH_VERSION, STALLWATCH_REVISION});
     if (!h) {
       std::cerr << "stallwatch demo: " << h.error().message << "\n";

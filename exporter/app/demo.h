@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/result.h"
+#include "metrics/model.h"
 #include "metrics/otlp/config.h"
 
 namespace stallwatch::cli {
@@ -21,6 +22,7 @@ struct DemoOptions {
   bool hold = false;     // --hold
   bool json = false;     // --json
   otlp::PushFlags otlp;  // --otlp-*
+  metrics::ExpositionOptions exposition;  // --metrics.identity-labels, --metrics.histogram-ladder
   LogSettings log;       // --log.level, --log.format, -v
   bool help = false;
 };

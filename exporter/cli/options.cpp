@@ -114,6 +114,48 @@ constexpr DurationRange kDurationRanges[] = {
     {"kube-refresh", seconds(1), hours(24)},
 };
 
+}  // namespace
+
+Result<Ok> set_identity_labels(const std::string& value, const std::string& source,
+                               metrics::ExpositionOptions& e) {
+  e.container_id = e.pod = e.pod_namespace = e.container = false;
+  if (value == "none") return Ok{};
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    const std::string name = value.substr(start, end - start);
+    if (name == "container_id") {
+      e.container_id = true;
+    } else if (name == "pod") {
+      e.pod = true;
+    } else if (name == "namespace") {
+      e.pod_namespace = true;
+    } else if (name == "container") {
+      e.container = true;
+    } else {
+      return make_error(source + " " + value + ": unknown label '" + name +
+                        "' (container_id, pod, namespace, container, or none)");
+    }
+    start = end + 1;
+  }
+  return Ok{};
+}
+
+Result<Ok> set_histogram_ladder(const std::string& value, const std::string& source,
+                                metrics::ExpositionOptions& e) {
+  if (value == "x2") {
+    e.ladder_step = 1;
+  } else if (value == "x16") {
+    e.ladder_step = 4;
+  } else {
+    return make_error(source + " " + value + ": expected x2 or x16");
+  }
+  return Ok{};
+}
+
+namespace {
+
 Result<std::chrono::nanoseconds> duration_flag(const LayeredFlags& flags, const char* name,
                                                std::chrono::nanoseconds fallback) {
   std::string source;
@@ -203,38 +245,10 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   }
   o.web_enable_debug = flags.find("web.enable-debug") != nullptr;
   if (const std::string* ids = text_flag(flags, "metrics.identity-labels", &source)) {
-    metrics::ExpositionOptions& e = o.exposition;
-    e.container_id = e.pod = e.pod_namespace = e.container = false;
-    if (*ids != "none") {
-      size_t start = 0;
-      while (start <= ids->size()) {
-        size_t end = ids->find(',', start);
-        if (end == std::string::npos) end = ids->size();
-        const std::string name = ids->substr(start, end - start);
-        if (name == "container_id") {
-          e.container_id = true;
-        } else if (name == "pod") {
-          e.pod = true;
-        } else if (name == "namespace") {
-          e.pod_namespace = true;
-        } else if (name == "container") {
-          e.container = true;
-        } else {
-          return make_error(source + " " + *ids + ": unknown label '" + name +
-                            "' (container_id, pod, namespace, container, or none)");
-        }
-        start = end + 1;
-      }
-    }
+    if (auto r = set_identity_labels(*ids, source, o.exposition); !r) return r.error();
   }
   if (const std::string* ladder = text_flag(flags, "metrics.histogram-ladder", &source)) {
-    if (*ladder == "x2") {
-      o.exposition.ladder_step = 1;
-    } else if (*ladder == "x16") {
-      o.exposition.ladder_step = 4;
-    } else {
-      return make_error(source + " " + *ladder + ": expected x2 or x16");
-    }
+    if (auto r = set_histogram_ladder(*ladder, source, o.exposition); !r) return r.error();
   }
   if (const std::string* classic = text_flag(flags, "web.classic-histograms", &source)) {
     if (*classic == "true") {
