@@ -9,6 +9,27 @@
 
 namespace stallwatch::cli {
 
+namespace {
+
+// Reaches the substitutions of a Boost error (protected) to scrub them.
+struct Substitutions : po::error_with_option_name {
+  static void scrub(po::error_with_option_name& e) {
+    for (auto& [name, value] : e.*(&Substitutions::m_substitutions)) {
+      std::replace(value.begin(), value.end(), '%', '?');
+    }
+  }
+};
+
+}  // namespace
+
+std::string po_error_message(const po::error& e) {
+  if (const auto* named = dynamic_cast<const po::error_with_option_name*>(&e)) {
+    // The caught exception object is not itself const.
+    Substitutions::scrub(const_cast<po::error_with_option_name&>(*named));
+  }
+  return e.what();
+}
+
 Result<po::variables_map> parse_flags(const std::vector<std::string>& args,
                                       const po::options_description& desc,
                                       const po::positional_options_description* positional,
@@ -42,7 +63,7 @@ Result<po::variables_map> parse_flags(const std::vector<std::string>& args,
     }
     po::store(parsed, vm);
   } catch (const po::error& e) {
-    return make_error(e.what());
+    return make_error(po_error_message(e));
   }
   return vm;
 }
@@ -107,7 +128,7 @@ Result<po::variables_map> parse_environment(const std::vector<std::string>& env,
     try {
       po::store(parsed, vm);
     } catch (const po::error& e) {
-      return make_error(var + ": " + e.what() + "; fix or unset the variable");
+      return make_error(var + ": " + po_error_message(e) + "; fix or unset the variable");
     }
   }
   return vm;

@@ -23,6 +23,12 @@ namespace po = boost::program_options;
 inline constexpr int kFlagStyle =
     po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
 
+// The one line of a Boost error. Boost's error_with_option_name::what() fills its template's
+// %placeholders% with the option's name and value in a loop that never ends when that text
+// holds the placeholder itself (a config line or variable naming an option
+// '%canonical_option%' hung the parser: fuzz_run_config); '%' in them becomes '?' first.
+std::string po_error_message(const po::error& e);
+
 // The command line into a variables_map. `positional` names where bare arguments go; without it
 // a bare argument is an error naming it. A flag given twice: the last one wins (`last_wins`),
 // else it is an error. Errors are one line (Boost's, e.g. "unrecognised option '--x'", "the

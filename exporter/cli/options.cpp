@@ -447,7 +447,7 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
       po::store(po::parse_config_file(in, desc), file);
       flags.add(std::move(file));
     } catch (const po::error& e) {
-      return make_error(std::string(e.what()) + " (see `stallwatch run --help`)");
+      return make_error(po_error_message(e) + " (see `stallwatch run --help`)");
     }
     file_layer = flags.layers() - 1;
   }
