@@ -84,6 +84,21 @@ class Hang : public ::testing::Test {
         limit, 100ms);
   }
 
+  // Scrapes every 200 ms while `w` runs: the oldest open call of `cgroup` seen; with
+  // `no_chain`, also that no call_hang chain is active at any scrape.
+  static double oldest_open_call(const Child& w, const std::string& cgroup, bool no_chain) {
+    double oldest = 0;
+    while (w.running()) {
+      auto x = parse_exposition(daemon_->metrics());
+      oldest = std::max(oldest, sum_samples(x, "stallwatch_cuda_call_inflight_seconds", {{"cgroup", cgroup}}));
+      if (no_chain) {
+        EXPECT_EQ(sum_samples(x, "stallwatch_chain_active", {{"cgroup", cgroup}, {"kind", "call_hang"}}), 0);
+      }
+      std::this_thread::sleep_for(200ms);
+    }
+    return oldest;
+  }
+
   static Daemon* daemon_;
   std::string hold_;
 };
@@ -159,13 +174,7 @@ TEST_F(Hang, LongLoopOfShortCallsNeverOpensIt) {
   s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "1000"}};
   s.cgroup_dir = cg.dir();
   Child w(s);
-  double oldest = 0;
-  while (w.running()) {
-    auto x = parse_exposition(daemon_->metrics());
-    oldest = std::max(oldest, sum_samples(x, "stallwatch_cuda_call_inflight_seconds", {{"cgroup", cg.label()}}));
-    EXPECT_EQ(sum_samples(x, "stallwatch_chain_active", {{"cgroup", cg.label()}, {"kind", "call_hang"}}), 0);
-    std::this_thread::sleep_for(200ms);
-  }
+  const double oldest = oldest_open_call(w, cg.label(), true);
   ASSERT_EQ(w.wait(30s), 0);
   ASSERT_TRUE(daemon_->wait_windows(2));
   auto x = parse_exposition(daemon_->metrics());
@@ -187,12 +196,7 @@ TEST_F(Hang, CallLeftByLongjmpIsNotAHang) {
   s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "1000"}};
   s.cgroup_dir = cg.dir();
   Child w(s);
-  double oldest = 0;
-  while (w.running()) {
-    auto x = parse_exposition(daemon_->metrics());
-    oldest = std::max(oldest, sum_samples(x, "stallwatch_cuda_call_inflight_seconds", {{"cgroup", cg.label()}}));
-    std::this_thread::sleep_for(200ms);
-  }
+  const double oldest = oldest_open_call(w, cg.label(), false);
   ASSERT_EQ(w.wait(30s), 0);
   ASSERT_TRUE(daemon_->wait_windows(2));
   auto x = parse_exposition(daemon_->metrics());
