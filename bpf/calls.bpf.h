@@ -100,8 +100,11 @@ static __always_inline struct call_frame *sw_call_enter(struct pt_regs *ctx, __u
 	f->call_id = call_id;
 	f->aux_ptr = 0;
 	f->aux_val = 0;
+	f->aux_ptr2 = 0;
+	f->aux_val2 = 0;
 	f->aux_i0 = 0;
 	f->aux_i1 = 0;
+	f->mem_op = SW_MEM_NONE;
 	t->depth = d + 1;
 	return f;
 }
@@ -133,8 +136,12 @@ static __always_inline struct call_frame *sw_call_exit(struct thread_state *t, _
 	return NULL;
 }
 
-/* Adds a finished call to its histogram; an outlier also goes to the ring buffer. */
-static __always_inline void sw_record_call(struct thread_state *t, struct call_frame *f, __u64 now)
+/*
+ * Adds a finished call to its histogram; an outlier also goes to the ring buffer. Returns the
+ * call's statistics entry (NULL when the map is full).
+ */
+static __always_inline struct call_stats *sw_record_call(struct thread_state *t,
+							  struct call_frame *f, __u64 now)
 {
 	struct call_key key = {};
 	struct call_stats *s;
@@ -158,11 +165,11 @@ static __always_inline void sw_record_call(struct thread_state *t, struct call_f
 			s->max_ns = dur; /* racy by design: a lost maximum is corrected by the next */
 	}
 	if (dur < outlier_threshold_ns)
-		return;
+		return s;
 	e = bpf_ringbuf_reserve(&outliers, sizeof(*e), 0);
 	if (!e) {
 		sw_count_lost(SW_LOST_OUTLIER_RINGBUF);
-		return;
+		return s;
 	}
 	e->ts_ns = now;
 	e->cgroup_id = key.cgroup_id;
@@ -175,6 +182,32 @@ static __always_inline void sw_record_call(struct thread_state *t, struct call_f
 	e->preemptions = f->preemptions;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	bpf_ringbuf_submit(e, 0);
+	return s;
+}
+
+/*
+ * The probed function's arguments 1..7 (x86-64 SysV or arm64 AAPCS) into args[1..7]. Loaded
+ * one by one behind a compiler barrier: indexing pt_regs by a variable compiles to pointer
+ * arithmetic on ctx, which the verifier rejects.
+ */
+static __always_inline void sw_load_args(struct pt_regs *ctx, __u64 args[8])
+{
+	args[0] = 0;
+	args[1] = PT_REGS_PARM1(ctx);
+	args[2] = PT_REGS_PARM2(ctx);
+	args[3] = PT_REGS_PARM3(ctx);
+	args[4] = PT_REGS_PARM4(ctx);
+	args[5] = PT_REGS_PARM5(ctx);
+#if defined(__TARGET_ARCH_x86)
+	args[6] = ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
+	args[7] = 0;
+	/* The seventh is on the stack above the return address at entry. */
+	bpf_probe_read_user(&args[7], sizeof(args[7]), (void *)(PT_REGS_SP(ctx) + 8));
+#else
+	args[6] = ((const struct user_pt_regs *)ctx)->regs[5];
+	args[7] = ((const struct user_pt_regs *)ctx)->regs[6];
+#endif
+	asm volatile("" ::: "memory");
 }
 
 #endif /* STALLWATCH_CALLS_BPF_H */

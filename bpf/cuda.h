@@ -22,6 +22,30 @@ struct call_stats {
 	__u64 blocked_ns;  /* off-CPU, blocked (sleeping) during the call */
 	__u64 max_ns;
 	__u64 buckets[SW_HIST_BUCKETS];
+	/*
+	 * Memory calls (SW_MEM_*): bytes of successful allocations by this call, bytes of them
+	 * freed since (by any free call, matched through cuda_allocs), out-of-memory returns, and
+	 * the size the latest of those asked for.
+	 */
+	__u64 alloc_bytes;
+	__u64 freed_bytes;
+	__u64 alloc_failures;
+	__u64 failed_bytes;
+};
+
+/* Key of cuda_allocs: an address (or a cuMemCreate handle) a process holds. */
+struct cuda_alloc_key {
+	__u64 addr;
+	__u32 tgid;
+	__u32 handle; /* 1: addr is a cuMemCreate handle */
+};
+
+/* Which allocation it was: the call_key of the call_stats entry its free credits. */
+struct cuda_alloc {
+	__u64 bytes;
+	__u64 cgroup_id;
+	__u32 call_id;
+	__u32 start_tag;
 };
 
 /* A call at or above outlier_threshold_ns; the only per-call record user space sees. */

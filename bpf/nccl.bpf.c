@@ -46,31 +46,6 @@ struct {
 
 static const struct nccl_stats zero_nccl_stats;
 
-/*
- * The probed function's arguments 1..7 (x86-64 SysV or arm64 AAPCS) into args[1..7]. Loaded
- * one by one behind a compiler barrier: indexing pt_regs by a variable compiles to pointer
- * arithmetic on ctx, which the verifier rejects.
- */
-static __always_inline void load_args(struct pt_regs *ctx, __u64 args[8])
-{
-	args[0] = 0;
-	args[1] = PT_REGS_PARM1(ctx);
-	args[2] = PT_REGS_PARM2(ctx);
-	args[3] = PT_REGS_PARM3(ctx);
-	args[4] = PT_REGS_PARM4(ctx);
-	args[5] = PT_REGS_PARM5(ctx);
-#if defined(__TARGET_ARCH_x86)
-	args[6] = ctx->r9; /* libbpf 1.1 has no PT_REGS_PARM6 */
-	args[7] = 0;
-	/* The seventh is on the stack above the return address at entry. */
-	bpf_probe_read_user(&args[7], sizeof(args[7]), (void *)(PT_REGS_SP(ctx) + 8));
-#else
-	args[6] = ((const struct user_pt_regs *)ctx)->regs[5];
-	args[7] = ((const struct user_pt_regs *)ctx)->regs[6];
-#endif
-	asm volatile("" ::: "memory");
-}
-
 /* Size of ncclDataType_t values 0..11 (nccl.h); 0 for unknown types. */
 static __always_inline __u64 dtype_size(__u64 dtype)
 {
@@ -123,7 +98,7 @@ int nccl_enter(struct pt_regs *ctx)
 		sw_call_enter(ctx, (__u32)cookie);
 		return 0;
 	}
-	load_args(ctx, args);
+	sw_load_args(ctx, args);
 	if (kind == SW_NCCL_DESTROY) {
 		key.comm = args[comm_arg & 7];
 		key.tgid = bpf_get_current_pid_tgid() >> 32;

@@ -13,11 +13,19 @@ struct call_frame {
 	__u64 blocked_ns;
 	__u32 call_id;
 	__u32 preemptions;
-	/* Arguments an NCCL call's return needs (nccl.bpf.c): communicator or out-pointer, ... */
+	/*
+	 * Arguments the return needs: an NCCL call's communicator or out-pointer (nccl.bpf.c); a
+	 * memory call's out-pointer or freed address (aux_ptr), requested bytes (aux_val), where
+	 * the pitch is (aux_ptr2) and its rows (aux_val2) (calls.bpf.h sw_mem_enter).
+	 */
 	__u64 aux_ptr;
 	__u64 aux_val;
+	__u64 aux_ptr2;
+	__u64 aux_val2;
 	__s32 aux_i0;
 	__s32 aux_i1;
+	__u32 mem_op; /* SW_MEM_*: a nested memory call inside this one is not counted again */
+	__u32 pad;
 };
 
 #define SW_PREEMPTOR_KTHREAD 1u /* preemptor_id.flags: a kernel thread (PF_KTHREAD) */

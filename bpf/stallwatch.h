@@ -23,6 +23,20 @@
 /* Two probe sets on one entry fire within this of each other (calls.bpf.h sw_call_enter). */
 #define SW_DOUBLE_PROBE_NS 1000000ULL
 #define SW_COMM_LEN 16
+
+/*
+ * What a CUDA call does to memory (exporter/trace/calls.h MemOp): bits 44-47 of a runtime or
+ * driver call's bpf_cookie. Bits 32-35 give the out-pointer's (or the freed pointer's or
+ * handle's) argument position, bits 36-39 the size's, bit 40 says the value is a cuMemCreate
+ * handle rather than an address.
+ */
+#define SW_MEM_NONE 0
+#define SW_MEM_ALLOC 1       /* (T **out, size_t size, ...) */
+#define SW_MEM_ALLOC_PITCH 2 /* (T **out, size_t *pitch, size_t width, size_t height, ...) */
+#define SW_MEM_ALLOC_3D 3    /* cudaMalloc3D(cudaPitchedPtr *out, cudaExtent extent) */
+#define SW_MEM_FREE 4        /* (T *ptr, ...) or (handle, ...) */
+/* CUDA's out-of-memory return code: cudaErrorMemoryAllocation and CUDA_ERROR_OUT_OF_MEMORY. */
+#define SW_CUDA_OUT_OF_MEMORY 2
 /*
  * A process's start tag: its start time since boot (task->group_leader->start_boottime) in
  * 10 ms units, the low 32 bits. /proc/PID/stat field 22 is the same instant in USER_HZ (100)
@@ -41,6 +55,7 @@ enum sw_lost_source {
 	SW_LOST_HOST_RINGBUF,        /* host event (OOM kill) dropped: ring buffer full */
 	SW_LOST_HOST_MAP,            /* host or NCCL statistic not aggregated: its map is full */
 	SW_LOST_WATCHED_CGROUPS,     /* a CUDA cgroup not watched (host hooks blind): map full */
+	SW_LOST_ALLOC_MAP,           /* an allocation not remembered (its free unmatched): map full */
 	SW_LOST_MAX,
 };
 

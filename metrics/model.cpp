@@ -131,6 +131,52 @@ void add_call_families(const Snapshot& snap, std::vector<Family>& out) {
   keep_nonempty({&inflight}, out);
 }
 
+// GPU memory handed out by the allocating calls (issue #20), per series that allocated: bytes by
+// allocating call (freed bytes too, credited to the call that allocated them), out-of-memory
+// returns, and what the series' live processes hold now by api and where it lives.
+void add_memory_families(const Snapshot& snap, std::vector<Family>& out) {
+  auto calls = trace::all_calls();
+  auto allocated = family("stallwatch_cuda_memory_allocated_bytes_total",
+                          "Bytes handed out by successful CUDA allocation calls, by the "
+                          "allocating call.",
+                          MetricKind::kCounter, "By");
+  auto freed = family("stallwatch_cuda_memory_freed_bytes_total",
+                      "Bytes of traced allocations freed again, by the call that allocated them.",
+                      MetricKind::kCounter, "By");
+  auto live = family("stallwatch_cuda_memory_live_bytes",
+                     "Bytes the workload's live processes hold from traced allocation calls, by "
+                     "api and kind (device, managed, pinned host); not the CUDA context's own "
+                     "memory.",
+                     MetricKind::kGauge, "By");
+  auto failures = family("stallwatch_cuda_memory_alloc_failures_total",
+                         "CUDA allocation calls that returned out of memory, by call.",
+                         MetricKind::kCounter, "{call}");
+  for (const auto& [label, s] : snap.series) {
+    const identity::Identity* id = &s.identity;
+    std::map<std::pair<trace::Api, trace::MemKind>, std::uint64_t> held;
+    for (const auto& [call_id, t] : s.calls) {
+      if (!trace::is_allocating_call(call_id) || t.alloc_bytes + t.alloc_failures == 0) continue;
+      std::string api(trace::api_name(calls[call_id].api));
+      std::string name(calls[call_id].name);
+      allocated.points.push_back(point(id, {{"api", api}, {"call", name}}, count(t.alloc_bytes)));
+      freed.points.push_back(point(id, {{"api", api}, {"call", name}}, count(t.freed_bytes)));
+      failures.points.push_back(point(id, {{"api", api}, {"call", name}}, count(t.alloc_failures)));
+      if (t.alloc_bytes > 0) held[{calls[call_id].api, trace::mem_kind(call_id)}] += 0;
+    }
+    for (const auto& p : s.processes) {
+      if (!trace::is_allocating_call(p.call_id)) continue;
+      held[{calls[p.call_id].api, trace::mem_kind(p.call_id)}] += p.totals.live_bytes();
+    }
+    for (const auto& [key, bytes] : held) {
+      live.points.push_back(point(id,
+                                  {{"api", std::string(trace::api_name(key.first))},
+                                   {"kind", std::string(trace::mem_kind_name(key.second))}},
+                                  count(bytes)));
+    }
+  }
+  keep_nonempty({&allocated, &freed, &live, &failures}, out);
+}
+
 // Host-side families (issue 4), per series and only where the series has that kind of data.
 void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
   auto calls = trace::all_calls();
@@ -437,6 +483,7 @@ LabelPairs identity_labels(const identity::Identity& id) {
 std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build) {
   std::vector<Family> out;
   add_call_families(snap, out);
+  add_memory_families(snap, out);
   add_host_families(snap, out);
   add_daemon_families(snap, build, out);
   add_chain_families(snap, out);

@@ -2,16 +2,32 @@
 
 #include <array>
 
+extern "C" {
+#include <linux/types.h>
+
+#include "bpf/stallwatch.h"
+}
+
 namespace stallwatch::trace {
 namespace {
 
-// Name, api, NCCL argument positions, and the class the chain rules read (calls.h).
+static_assert(static_cast<int>(MemOp::kAlloc) == SW_MEM_ALLOC);
+static_assert(static_cast<int>(MemOp::kAllocPitch) == SW_MEM_ALLOC_PITCH);
+static_assert(static_cast<int>(MemOp::kAlloc3D) == SW_MEM_ALLOC_3D);
+static_assert(static_cast<int>(MemOp::kFree) == SW_MEM_FREE);
+
+constexpr MemArgs kFree1{MemOp::kFree, 1};
+constexpr MemArgs kHostAlloc{MemOp::kAlloc, 1, 2, MemKind::kHost};
+
+// Name, api, NCCL argument positions, the class the chain rules read and what the call does to
+// memory (calls.h). New calls go at the end: the table's order is the call ids'.
 constexpr std::array kCalls = {
-    CallInfo{"cudaMalloc", Api::kRuntime, {}, CallClass::kAlloc},
-    CallInfo{"cudaFree", Api::kRuntime},
-    CallInfo{"cudaMallocManaged", Api::kRuntime, {}, CallClass::kAlloc},
-    CallInfo{"cudaMallocAsync", Api::kRuntime, {}, CallClass::kAlloc},
-    CallInfo{"cudaFreeAsync", Api::kRuntime},
+    CallInfo{"cudaMalloc", Api::kRuntime, {}, CallClass::kAlloc, {MemOp::kAlloc, 1, 2}},
+    CallInfo{"cudaFree", Api::kRuntime, {}, CallClass::kOther, kFree1},
+    CallInfo{"cudaMallocManaged", Api::kRuntime, {}, CallClass::kAlloc,
+             {MemOp::kAlloc, 1, 2, MemKind::kManaged}},
+    CallInfo{"cudaMallocAsync", Api::kRuntime, {}, CallClass::kAlloc, {MemOp::kAlloc, 1, 2}},
+    CallInfo{"cudaFreeAsync", Api::kRuntime, {}, CallClass::kOther, kFree1},
     CallInfo{"cudaLaunchKernel", Api::kRuntime},
     CallInfo{"cudaMemcpy", Api::kRuntime, {}, CallClass::kCopy},
     CallInfo{"cudaMemcpyAsync", Api::kRuntime, {}, CallClass::kCopy},
@@ -22,8 +38,8 @@ constexpr std::array kCalls = {
     CallInfo{"cudaGraphLaunch", Api::kRuntime},
     CallInfo{"cuLaunchKernel", Api::kDriver},
     CallInfo{"cuLaunchKernelEx", Api::kDriver},
-    CallInfo{"cuMemAlloc_v2", Api::kDriver, {}, CallClass::kAlloc},
-    CallInfo{"cuMemFree_v2", Api::kDriver},
+    CallInfo{"cuMemAlloc_v2", Api::kDriver, {}, CallClass::kAlloc, {MemOp::kAlloc, 1, 2}},
+    CallInfo{"cuMemFree_v2", Api::kDriver, {}, CallClass::kOther, kFree1},
     CallInfo{"cuMemcpy", Api::kDriver, {}, CallClass::kCopy},
     CallInfo{"cuMemcpyAsync", Api::kDriver, {}, CallClass::kCopy},
     CallInfo{"cuMemcpyHtoD_v2", Api::kDriver, {}, CallClass::kCopy},
@@ -56,6 +72,39 @@ constexpr std::array kCalls = {
     CallInfo{"ncclCommCount", Api::kNccl, {NcclKind::kCount, 0, 0, 1}},
     CallInfo{"ncclCommDestroy", Api::kNccl, {NcclKind::kDestroy, 0, 0, 1}},
     CallInfo{"ncclCommAbort", Api::kNccl, {NcclKind::kDestroy, 0, 0, 1}},
+    // Memory (issue #20), signatures of cuda_runtime_api.h and cuda.h of CUDA 12/13.
+    CallInfo{"cudaMallocHost", Api::kRuntime, {}, CallClass::kAlloc, kHostAlloc},
+    CallInfo{"cudaHostAlloc", Api::kRuntime, {}, CallClass::kAlloc, kHostAlloc},
+    CallInfo{"cudaFreeHost", Api::kRuntime, {}, CallClass::kOther, kFree1},
+    CallInfo{"cudaMallocPitch", Api::kRuntime, {}, CallClass::kAlloc, {MemOp::kAllocPitch}},
+    CallInfo{"cudaMalloc3D", Api::kRuntime, {}, CallClass::kAlloc, {MemOp::kAlloc3D}},
+    CallInfo{"cuMemAllocManaged", Api::kDriver, {}, CallClass::kAlloc,
+             {MemOp::kAlloc, 1, 2, MemKind::kManaged}},
+    CallInfo{"cuMemAllocAsync", Api::kDriver, {}, CallClass::kAlloc, {MemOp::kAlloc, 1, 2}},
+    CallInfo{"cuMemFreeAsync", Api::kDriver, {}, CallClass::kOther, kFree1},
+    CallInfo{"cuMemAllocHost_v2", Api::kDriver, {}, CallClass::kAlloc, kHostAlloc},
+    CallInfo{"cuMemHostAlloc", Api::kDriver, {}, CallClass::kAlloc, kHostAlloc},
+    CallInfo{"cuMemFreeHost", Api::kDriver, {}, CallClass::kOther, kFree1},
+    CallInfo{"cuMemAllocPitch_v2", Api::kDriver, {}, CallClass::kAlloc, {MemOp::kAllocPitch}},
+    // Physical memory of the virtual-memory API (PyTorch's expandable_segments, NCCL):
+    // cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, prop, flags); cuMemMap
+    // and cuMemUnmap only map it, no new bytes.
+    CallInfo{"cuMemCreate", Api::kDriver, {}, CallClass::kAlloc,
+             {MemOp::kAlloc, 1, 2, MemKind::kDevice, true}},
+    CallInfo{"cuMemRelease", Api::kDriver, {}, CallClass::kOther,
+             {MemOp::kFree, 1, 0, MemKind::kDevice, true}},
+    // CUDA Graph capture, instantiation and update (graph_recapture); the launches are above.
+    CallInfo{"cudaStreamBeginCapture", Api::kRuntime, {}, CallClass::kGraphBuild},
+    CallInfo{"cudaStreamEndCapture", Api::kRuntime, {}, CallClass::kGraphBuild},
+    CallInfo{"cudaGraphInstantiate", Api::kRuntime, {}, CallClass::kGraphBuild},
+    CallInfo{"cudaGraphInstantiateWithFlags", Api::kRuntime, {}, CallClass::kGraphBuild},
+    CallInfo{"cudaGraphInstantiateWithParams", Api::kRuntime, {}, CallClass::kGraphBuild},
+    CallInfo{"cudaGraphExecUpdate", Api::kRuntime, {}, CallClass::kGraphBuild},
+    CallInfo{"cuStreamBeginCapture_v2", Api::kDriver, {}, CallClass::kGraphBuild},
+    CallInfo{"cuStreamEndCapture", Api::kDriver, {}, CallClass::kGraphBuild},
+    CallInfo{"cuGraphInstantiateWithFlags", Api::kDriver, {}, CallClass::kGraphBuild},
+    CallInfo{"cuGraphInstantiateWithParams", Api::kDriver, {}, CallClass::kGraphBuild},
+    CallInfo{"cuGraphExecUpdate_v2", Api::kDriver, {}, CallClass::kGraphBuild},
 };
 
 // `name` is `stem` + ".so" + optional ".version", or an auditwheel copy
@@ -94,6 +143,13 @@ CallClass call_class(std::uint32_t call_id) {
 std::uint64_t cookie_of(std::uint32_t call_id) {
   std::uint64_t cookie = call_id;
   if (call_id >= kCalls.size()) return cookie;
+  if (const MemArgs& m = kCalls[call_id].mem; m.op != MemOp::kNone) {
+    cookie |= static_cast<std::uint64_t>(m.ptr_arg & 0xf) << 32;
+    cookie |= static_cast<std::uint64_t>(m.size_arg & 0xf) << 36;
+    cookie |= static_cast<std::uint64_t>(m.handle ? 1 : 0) << 40;
+    cookie |= static_cast<std::uint64_t>(static_cast<unsigned>(m.op) & 0xf) << 44;
+    return cookie;
+  }
   const NcclArgs& a = kCalls[call_id].nccl;
   cookie |= static_cast<std::uint64_t>(a.count_arg & 0xf) << 32;
   cookie |= static_cast<std::uint64_t>(a.dtype_arg & 0xf) << 36;
@@ -104,6 +160,28 @@ std::uint64_t cookie_of(std::uint32_t call_id) {
 
 bool is_nccl_op(std::uint32_t call_id) {
   return call_id < kCalls.size() && kCalls[call_id].nccl.kind == NcclKind::kOp;
+}
+
+bool is_allocating_call(std::uint32_t call_id) {
+  if (call_id >= kCalls.size()) return false;
+  const MemOp op = kCalls[call_id].mem.op;
+  return op == MemOp::kAlloc || op == MemOp::kAllocPitch || op == MemOp::kAlloc3D;
+}
+
+MemKind mem_kind(std::uint32_t call_id) {
+  return call_id < kCalls.size() ? kCalls[call_id].mem.kind : MemKind::kDevice;
+}
+
+std::string_view mem_kind_name(MemKind kind) {
+  switch (kind) {
+    case MemKind::kDevice:
+      return "device";
+    case MemKind::kManaged:
+      return "managed";
+    case MemKind::kHost:
+      return "host";
+  }
+  return "device";
 }
 
 std::string_view api_name(Api api) {

@@ -38,21 +38,50 @@ struct NcclArgs {
 };
 
 // What the chain rules treat a call as (chains/call_classes.h): a synchronisation waits for the
-// GPU, an allocation may grow the allocator's pool, a copy moves data between host and device.
-enum class CallClass : std::uint8_t { kOther, kSync, kAlloc, kCopy };
+// GPU, an allocation may grow the allocator's pool, a copy moves data between host and device,
+// a graph build captures, instantiates or updates a CUDA Graph (graph_recapture).
+enum class CallClass : std::uint8_t { kOther, kSync, kAlloc, kCopy, kGraphBuild };
+
+// What a runtime or driver call does to memory (cuda.bpf.c; SW_MEM_* of bpf/stallwatch.h).
+enum class MemOp : std::uint8_t {
+  kNone,
+  kAlloc,       // (T **out, size_t size, ...): out and size argument positions below
+  kAllocPitch,  // (T **out, size_t *pitch, size_t width, size_t height, ...): pitch × height
+  kAlloc3D,     // cudaMalloc3D(cudaPitchedPtr *out, cudaExtent extent)
+  kFree,        // (T *ptr, ...) or cuMemRelease(handle): pointer argument position below
+};
+
+// Where an allocating call's memory lives: the `kind` label of stallwatch_cuda_memory_live_bytes.
+enum class MemKind : std::uint8_t { kDevice, kManaged, kHost };
+inline constexpr int kMemKinds = 3;
+std::string_view mem_kind_name(MemKind kind);  // device, managed, host
+
+struct MemArgs {
+  MemOp op = MemOp::kNone;
+  std::uint8_t ptr_arg = 0;   // 1-based: the out-pointer (alloc) or the freed pointer (free)
+  std::uint8_t size_arg = 0;  // 1-based: the size (kAlloc)
+  MemKind kind = MemKind::kDevice;
+  bool handle = false;        // the value is a cuMemCreate handle, not an address
+};
 
 struct CallInfo {
   std::string_view name;  // the `call` label: the base symbol name
   Api api;
   NcclArgs nccl{};
   CallClass cls = CallClass::kOther;
+  MemArgs mem{};
 };
 
-// bpf_cookie of a call's probes: the call id in bits 0-31, then (NCCL only) count, dtype and
-// comm argument positions in bits 32-35, 36-39, 40-43 and the NcclKind in bits 44-47.
+// bpf_cookie of a call's probes: the call id in bits 0-31, then for NCCL count, dtype and comm
+// argument positions in bits 32-35, 36-39, 40-43 and the NcclKind in bits 44-47; for a memory
+// call of the runtime or driver, pointer and size argument positions in bits 32-35 and 36-39,
+// the handle flag in bit 40 and the MemOp in bits 44-47.
 std::uint64_t cookie_of(std::uint32_t call_id);
 // An NCCL op (kOp): a collective or send/recv, the calls of stallwatch_nccl_op_*.
 bool is_nccl_op(std::uint32_t call_id);
+// A call that allocates memory (its bytes are counted), and where that memory lives.
+bool is_allocating_call(std::uint32_t call_id);
+MemKind mem_kind(std::uint32_t call_id);  // kDevice for a call that does not allocate
 
 std::span<const CallInfo> all_calls();
 CallClass call_class(std::uint32_t call_id);  // kOther for an unknown id

@@ -4,6 +4,8 @@
 #include <bpf/bpf.h>
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "host/procfs.h"
 #include "trace/map_iter.h"
@@ -27,21 +29,29 @@ CallTotals totals_of(const call_stats& s) {
   t.blocked_ns = s.blocked_ns;
   t.max_ns = s.max_ns;
   std::copy(std::begin(s.buckets), std::end(s.buckets), t.buckets.begin());
+  t.alloc_bytes = s.alloc_bytes;
+  t.freed_bytes = s.freed_bytes;
+  t.alloc_failures = s.alloc_failures;
+  t.failed_bytes = s.failed_bytes;
   return t;
 }
 
 class CudaSource : public Source {
  public:
   explicit CudaSource(const Tracer& t)
-      : calls_fd_(t.map_fd("cuda_call_duration")), watched_fd_(t.map_fd("watched_cgroups")) {}
+      : calls_fd_(t.map_fd("cuda_call_duration")),
+        watched_fd_(t.map_fd("watched_cgroups")),
+        allocs_fd_(t.map_fd("cuda_allocs")) {}
   std::string_view name() const override { return "cuda"; }
 
   void read(SourceContext& ctx, Snapshot& snap) override {
+    std::set<std::pair<std::uint32_t, std::uint32_t>> exited_holding;  // (tgid, start tag)
     for_each_entry<call_key, call_stats>(calls_fd_, [&](const call_key& k, const call_stats& v) {
       CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
       CallTotals t = totals_of(v);
       const int pid = static_cast<int>(k.tgid);
       if (!ctx.alive(pid, k.start_tag)) {
+        if (t.live_bytes() > 0) exited_holding.emplace(k.tgid, k.start_tag);
         slot.retired.calls[k.call_id].add(t);
         return true;
       }
@@ -52,6 +62,7 @@ class CudaSource : public Source {
       ctx.process(s, pid);
       return false;
     });
+    if (!exited_holding.empty()) forget_allocations(exited_holding);
   }
 
   void retire_cgroup(std::uint64_t cgroup_id, SeriesTotals&) override {
@@ -60,8 +71,18 @@ class CudaSource : public Source {
   }
 
  private:
+  // An exited process's memory is released with it: its entries in cuda_allocs go (a later
+  // process with the same PID has another start tag and keeps its own).
+  void forget_allocations(const std::set<std::pair<std::uint32_t, std::uint32_t>>& exited) {
+    for_each_entry<cuda_alloc_key, cuda_alloc>(
+        allocs_fd_, [&](const cuda_alloc_key& k, const cuda_alloc& v) {
+          return exited.contains({k.tgid, v.start_tag});
+        });
+  }
+
   int calls_fd_;
   int watched_fd_;
+  int allocs_fd_;
 };
 
 }  // namespace

@@ -25,7 +25,7 @@ struct OutlierRecord {
 };
 
 // Sources of lost events (bpf/stallwatch.h, enum sw_lost_source): Snapshot::lost's size.
-inline constexpr unsigned kLostSources = 9;
+inline constexpr unsigned kLostSources = 10;
 
 // The `source` label of stallwatch_events_lost_total for each enum sw_lost_source (the index
 // of Snapshot::lost); "unknown" past the end.

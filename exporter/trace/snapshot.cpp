@@ -13,6 +13,10 @@ void CallTotals::add(const CallTotals& o) {
   blocked_ns += o.blocked_ns;
   max_ns = std::max(max_ns, o.max_ns);
   for (size_t i = 0; i < buckets.size(); ++i) buckets[i] += o.buckets[i];
+  alloc_bytes += o.alloc_bytes;
+  freed_bytes += o.freed_bytes;
+  alloc_failures += o.alloc_failures;
+  failed_bytes = std::max(failed_bytes, o.failed_bytes);
 }
 
 void OffcpuTotals::add(const OffcpuTotals& o) {
@@ -109,6 +113,10 @@ CallTotals delta(const CallTotals& now, const CallTotals* before) {
   histogram_delta(d, now, *before);
   d.runnable_ns = counter_delta(now.runnable_ns, before->runnable_ns);
   d.blocked_ns = counter_delta(now.blocked_ns, before->blocked_ns);
+  d.alloc_bytes = counter_delta(now.alloc_bytes, before->alloc_bytes);
+  d.freed_bytes = counter_delta(now.freed_bytes, before->freed_bytes);
+  d.alloc_failures = counter_delta(now.alloc_failures, before->alloc_failures);
+  d.failed_bytes = now.failed_bytes;
   return d;
 }
 

@@ -32,8 +32,17 @@ struct CallTotals {
   std::uint64_t blocked_ns = 0;   // off-CPU inside the call, sleeping
   std::uint64_t max_ns = 0;
   trace::KernelBuckets buckets{};
+  // Memory calls (trace/calls.h MemOp): bytes this allocating call handed out, bytes of them
+  // freed since (whichever call freed them), out-of-memory returns, and the size the latest
+  // (after add(): the largest) of those asked for. Zero for other calls.
+  std::uint64_t alloc_bytes = 0;
+  std::uint64_t freed_bytes = 0;
+  std::uint64_t alloc_failures = 0;
+  std::uint64_t failed_bytes = 0;
 
   void add(const CallTotals& o);
+  // Bytes still held: allocated less freed (0 if a reset made freed the larger).
+  std::uint64_t live_bytes() const { return alloc_bytes > freed_bytes ? alloc_bytes - freed_bytes : 0; }
 };
 
 struct OffcpuTotals {

@@ -28,6 +28,7 @@ static const char kUsage[] =
     "                     [--calls SPEC] [--iterations N] [--threads T] [--start-delay-ms D]\n"
     "                     [--ready-fd FD] [--go-fd FD] [--spacing-us U] [--wait-fd FD]\n"
     "                     [--touch-kb K] [--leak-kb K] [--leak-comms C]\n"
+    "                     [--alloc-bytes B] [--warmup-calls SPEC] [--exit-fd FD]\n"
     "Loads CUDA libraries with dlopen and calls them through dlsym'd pointers.\n"
     "  --cudart PATH        libcudart to load (required)\n"
     "  --cuda PATH          libcuda to load as well (needed for cu* names)\n"
@@ -61,8 +62,18 @@ static const char kUsage[] =
     "                       longjmp (mock_cuda_set_escape), as an exception unwinds a call\n"
     "  --leak-comms C       after the communicator, C more ncclCommInitRank calls whose\n"
     "                       communicators are never destroyed (needs --rank)\n"
-    "Makes exactly sum(count) * N * T calls (plus ncclGetUniqueId, ncclCommInitRank and\n"
-    "ncclCommDestroy with --rank), prints 'calls=<total> threads=<T> pid=<pid>' and exits 0.\n"
+    "  --alloc-bytes B      size of each cudaMalloc, cudaMallocManaged, cudaMallocAsync,\n"
+    "                       cudaMallocHost, cudaHostAlloc and of their driver twins and\n"
+    "                       cuMemCreate (default 1024); the pitched and 3D calls always ask\n"
+    "                       for rows of 1000 bytes, 8 rows (a 512-byte pitch: 8192 bytes)\n"
+    "  --warmup-calls SPEC  each thread makes these calls once before its loop\n"
+    "  --exit-fd FD         after the last call, block until one byte (or end of file) is\n"
+    "                       read from FD, then exit without freeing what is still live\n"
+    "A free releases the thread's newest live allocation of its family (runtime device,\n"
+    "driver device, pinned host, cuMemCreate handle), or passes NULL/0 when there is none.\n"
+    "Makes exactly (sum(count) * N + sum(warmup counts)) * T calls (plus ncclGetUniqueId,\n"
+    "ncclCommInitRank and ncclCommDestroy with --rank), prints\n"
+    "'calls=<total> failed=<F> threads=<T> pid=<pid>' and exits 0.\n"
     "Exit 2: bad usage or a call name that is unknown or not exported; exit 1: a library\n"
     "cannot be loaded, a thread cannot start, ncclCommInitRank fails, or the ready/go/wait\n"
     "pipe fails.\n";
@@ -98,17 +109,22 @@ typedef struct CUlaunchConfig_st {
   unsigned int numAttrs;
 } CUlaunchConfig;
 
-enum { kAllocBytes = 1024, kCopyBytes = 4096, kMaxLive = 4096 };
+enum { kCopyBytes = 4096, kMaxLive = 4096, kPitchWidth = 1000, kPitchRows = 8 };
+static size_t alloc_bytes = 1024;  // --alloc-bytes
 
-// What one calling thread owns: buffers to copy between and the allocations not yet freed
-// (cudaFree/cuMemFree_v2 release the newest one, or pass NULL/0 when there is none).
+// What one calling thread owns: buffers to copy between and the allocations not yet freed, per
+// family (a free releases the newest one of its family, or passes NULL/0 when there is none).
 struct thread_ctx {
   unsigned char src[kCopyBytes];
   unsigned char dst[kCopyBytes];
-  void* live[kMaxLive];
+  void* live[kMaxLive];  // runtime device memory (cudaFree)
   int nlive;
-  CUdeviceptr dlive[kMaxLive];
+  CUdeviceptr dlive[kMaxLive];  // driver device memory (cuMemFree_v2, cuMemFreeAsync)
   int ndlive;
+  void* hlive[kMaxLive];  // pinned host memory (cudaFreeHost, cuMemFreeHost)
+  int nhlive;
+  unsigned long long handles[kMaxLive];  // cuMemCreate (cuMemRelease)
+  int nhandles;
 };
 
 static void keep(struct thread_ctx* c, void* p) {
@@ -119,6 +135,10 @@ static void dkeep(struct thread_ctx* c, CUdeviceptr p) {
   if (p != 0 && c->ndlive < kMaxLive) c->dlive[c->ndlive++] = p;
 }
 static CUdeviceptr dtake(struct thread_ctx* c) { return c->ndlive > 0 ? c->dlive[--c->ndlive] : 0; }
+static void hkeep(struct thread_ctx* c, void* p) {
+  if (p != NULL && c->nhlive < kMaxLive) c->hlive[c->nhlive++] = p;
+}
+static void* htake(struct thread_ctx* c) { return c->nhlive > 0 ? c->hlive[--c->nhlive] : NULL; }
 static CUdeviceptr dev(const void* p) { return (CUdeviceptr)(uintptr_t)p; }
 
 // Stands in for a kernel's host stub / a CUfunction handle; only its address is used.
@@ -131,20 +151,20 @@ static void* kernel_args[] = {&kernel_arg};
 
 static int call_malloc(void* sym, struct thread_ctx* c) {
   void* p = NULL;
-  int rc = ((cudaError_t(*)(void**, size_t))sym)(&p, kAllocBytes);
+  int rc = ((cudaError_t(*)(void**, size_t))sym)(&p, alloc_bytes);
   if (rc == 0) keep(c, p);
   return rc;
 }
 static int call_malloc_managed(void* sym, struct thread_ctx* c) {
   void* p = NULL;
   int rc =
-      ((cudaError_t(*)(void**, size_t, unsigned int))sym)(&p, kAllocBytes, cudaMemAttachGlobal);
+      ((cudaError_t(*)(void**, size_t, unsigned int))sym)(&p, alloc_bytes, cudaMemAttachGlobal);
   if (rc == 0) keep(c, p);
   return rc;
 }
 static int call_malloc_async(void* sym, struct thread_ctx* c) {
   void* p = NULL;
-  int rc = ((cudaError_t(*)(void**, size_t, cudaStream_t))sym)(&p, kAllocBytes, NULL);
+  int rc = ((cudaError_t(*)(void**, size_t, cudaStream_t))sym)(&p, alloc_bytes, NULL);
   if (rc == 0) keep(c, p);
   return rc;
 }
@@ -210,7 +230,7 @@ static int call_cu_launch_kernel_ex(void* sym, struct thread_ctx* c) {
 }
 static int call_cu_mem_alloc(void* sym, struct thread_ctx* c) {
   CUdeviceptr p = 0;
-  int rc = ((CUresult(*)(CUdeviceptr*, size_t))sym)(&p, kAllocBytes);
+  int rc = ((CUresult(*)(CUdeviceptr*, size_t))sym)(&p, alloc_bytes);
   if (rc == 0) dkeep(c, p);
   return rc;
 }
@@ -245,6 +265,107 @@ static int call_cu_event_sync(void* sym, struct thread_ctx* c) {
 static int call_cu_graph_launch(void* sym, struct thread_ctx* c) {
   (void)c;
   return ((CUresult(*)(CUgraphExec, CUstream))sym)(NULL, NULL);
+}
+
+// Memory (issue #20): host, pitched, 3D, managed/async driver, cuMemCreate.
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct CUgraph_st* CUgraph;
+struct cudaPitchedPtr {
+  void* ptr;
+  size_t pitch;
+  size_t xsize;
+  size_t ysize;
+};
+struct cudaExtent {
+  size_t width, height, depth;
+};
+static int call_malloc_host(void* sym, struct thread_ctx* c) {  // cudaMallocHost, cuMemAllocHost_v2
+  void* p = NULL;
+  int rc = ((int (*)(void**, size_t))sym)(&p, alloc_bytes);
+  if (rc == 0) hkeep(c, p);
+  return rc;
+}
+static int call_host_alloc(void* sym, struct thread_ctx* c) {  // cudaHostAlloc, cuMemHostAlloc
+  void* p = NULL;
+  int rc = ((int (*)(void**, size_t, unsigned int))sym)(&p, alloc_bytes, 0);
+  if (rc == 0) hkeep(c, p);
+  return rc;
+}
+static int call_free_host(void* sym, struct thread_ctx* c) {  // cudaFreeHost, cuMemFreeHost
+  return ((int (*)(void*))sym)(htake(c));
+}
+static int call_malloc_pitch(void* sym, struct thread_ctx* c) {
+  void* p = NULL;
+  size_t pitch = 0;
+  int rc = ((cudaError_t(*)(void**, size_t*, size_t, size_t))sym)(&p, &pitch, kPitchWidth,
+                                                                   kPitchRows);
+  if (rc == 0) keep(c, p);
+  return rc;
+}
+static int call_malloc_3d(void* sym, struct thread_ctx* c) {
+  struct cudaPitchedPtr out = {0};
+  struct cudaExtent extent = {kPitchWidth, kPitchRows / 2, 2};
+  int rc = ((cudaError_t(*)(struct cudaPitchedPtr*, struct cudaExtent))sym)(&out, extent);
+  if (rc == 0) keep(c, out.ptr);
+  return rc;
+}
+static int call_cu_mem_alloc_managed(void* sym, struct thread_ctx* c) {
+  CUdeviceptr p = 0;
+  int rc = ((CUresult(*)(CUdeviceptr*, size_t, unsigned int))sym)(&p, alloc_bytes, 1);
+  if (rc == 0) dkeep(c, p);
+  return rc;
+}
+static int call_cu_mem_alloc_async(void* sym, struct thread_ctx* c) {
+  CUdeviceptr p = 0;
+  int rc = ((CUresult(*)(CUdeviceptr*, size_t, CUstream))sym)(&p, alloc_bytes, NULL);
+  if (rc == 0) dkeep(c, p);
+  return rc;
+}
+static int call_cu_mem_free_async(void* sym, struct thread_ctx* c) {
+  return ((CUresult(*)(CUdeviceptr, CUstream))sym)(dtake(c), NULL);
+}
+static int call_cu_mem_alloc_pitch(void* sym, struct thread_ctx* c) {
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  int rc = ((CUresult(*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int))sym)(
+      &p, &pitch, kPitchWidth, kPitchRows, 4);
+  if (rc == 0) dkeep(c, p);
+  return rc;
+}
+static int call_cu_mem_create(void* sym, struct thread_ctx* c) {
+  unsigned long long h = 0;
+  int rc = ((CUresult(*)(unsigned long long*, size_t, const void*, unsigned long long))sym)(
+      &h, alloc_bytes, NULL, 0);
+  if (rc == 0 && h != 0 && c->nhandles < kMaxLive) c->handles[c->nhandles++] = h;
+  return rc;
+}
+static int call_cu_mem_release(void* sym, struct thread_ctx* c) {
+  unsigned long long h = c->nhandles > 0 ? c->handles[--c->nhandles] : 0;
+  return ((CUresult(*)(unsigned long long))sym)(h);
+}
+// CUDA Graphs: capture on the default stream, instantiate, update.
+static int call_begin_capture(void* sym, struct thread_ctx* c) {  // both apis: (stream, mode)
+  (void)c;
+  return ((int (*)(cudaStream_t, int))sym)(NULL, 0);
+}
+static int call_end_capture(void* sym, struct thread_ctx* c) {  // (stream, graph *)
+  (void)c;
+  cudaGraph_t g = NULL;
+  return ((int (*)(cudaStream_t, cudaGraph_t*))sym)(NULL, &g);
+}
+static int call_graph_instantiate(void* sym, struct thread_ctx* c) {  // (exec *, graph, flags)
+  (void)c;
+  cudaGraphExec_t e = NULL;
+  return ((int (*)(cudaGraphExec_t*, cudaGraph_t, unsigned long long))sym)(&e, NULL, 0);
+}
+static int call_graph_instantiate_params(void* sym, struct thread_ctx* c) {  // (exec *, graph, p *)
+  (void)c;
+  cudaGraphExec_t e = NULL;
+  return ((int (*)(cudaGraphExec_t*, cudaGraph_t, void*))sym)(&e, NULL, NULL);
+}
+static int call_graph_exec_update(void* sym, struct thread_ctx* c) {  // (exec, graph, info *)
+  (void)c;
+  return ((int (*)(cudaGraphExec_t, cudaGraph_t, void*))sym)(NULL, NULL, NULL);
 }
 
 struct call_kind {
@@ -298,6 +419,39 @@ static const struct call_kind kCalls[] = {
     {"cuGraphLaunch", call_cu_graph_launch},
     {"cuGraphLaunch_ptsz", call_cu_graph_launch},
     {"cuDriverGetVersion", call_get_version},
+    {"cudaMallocHost", call_malloc_host},
+    {"cudaHostAlloc", call_host_alloc},
+    {"cudaFreeHost", call_free_host},
+    {"cudaMallocPitch", call_malloc_pitch},
+    {"cudaMalloc3D", call_malloc_3d},
+    {"cuMemAllocManaged", call_cu_mem_alloc_managed},
+    {"cuMemAllocAsync", call_cu_mem_alloc_async},
+    {"cuMemAllocAsync_ptsz", call_cu_mem_alloc_async},
+    {"cuMemFreeAsync", call_cu_mem_free_async},
+    {"cuMemFreeAsync_ptsz", call_cu_mem_free_async},
+    {"cuMemAllocHost_v2", call_malloc_host},
+    {"cuMemHostAlloc", call_host_alloc},
+    {"cuMemFreeHost", call_free_host},
+    {"cuMemAllocPitch_v2", call_cu_mem_alloc_pitch},
+    {"cuMemCreate", call_cu_mem_create},
+    {"cuMemRelease", call_cu_mem_release},
+    {"cudaStreamBeginCapture", call_begin_capture},
+    {"cudaStreamBeginCapture_ptsz", call_begin_capture},
+    {"cudaStreamEndCapture", call_end_capture},
+    {"cudaStreamEndCapture_ptsz", call_end_capture},
+    {"cudaGraphInstantiate", call_graph_instantiate},
+    {"cudaGraphInstantiateWithFlags", call_graph_instantiate},
+    {"cudaGraphInstantiateWithParams", call_graph_instantiate_params},
+    {"cudaGraphInstantiateWithParams_ptsz", call_graph_instantiate_params},
+    {"cudaGraphExecUpdate", call_graph_exec_update},
+    {"cuStreamBeginCapture_v2", call_begin_capture},
+    {"cuStreamBeginCapture_v2_ptsz", call_begin_capture},
+    {"cuStreamEndCapture", call_end_capture},
+    {"cuStreamEndCapture_ptsz", call_end_capture},
+    {"cuGraphInstantiateWithFlags", call_graph_instantiate},
+    {"cuGraphInstantiateWithParams", call_graph_instantiate_params},
+    {"cuGraphInstantiateWithParams_ptsz", call_graph_instantiate_params},
+    {"cuGraphExecUpdate_v2", call_graph_exec_update},
 };
 
 // One resolved entry of SPEC.
@@ -319,6 +473,7 @@ struct plan {
   unsigned long leak_kb;   // kept anonymous memory per iteration
   void* cudart;            // for --escape-first-sync
   int escape_first_sync;   // each thread's first cudaStreamSynchronize leaves by longjmp
+  struct plan* warmup;     // --warmup-calls: once per thread before the loop; NULL: none
 };
 
 static unsigned long long calls_made;  // updated with __atomic builtins
@@ -423,6 +578,16 @@ static void* run_thread(void* arg) {
       p->steps[0].call(p->steps[0].sym, ctx);
     }
   }
+  if (p->warmup != NULL) {
+    for (size_t s = 0; s < p->warmup->nsteps; ++s) {
+      const struct step* st = &p->warmup->steps[s];
+      for (unsigned long n = 0; n < st->count; ++n) {
+        int rc = st->call(st->sym, ctx);
+        __atomic_fetch_add(&calls_made, 1, __ATOMIC_RELAXED);
+        if (rc != 0) __atomic_fetch_add(&calls_failed, 1, __ATOMIC_RELAXED);
+      }
+    }
+  }
   int first = 1;
   for (unsigned long it = 0; it < p->iterations; ++it) {
     if (p->wait_fd >= 0) wait_byte(p->wait_fd);
@@ -460,7 +625,8 @@ int main(int argc, char** argv) {
   const char* spec_arg = kDefaultSpec;
   unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
   unsigned long touch_kb = 0, leak_kb = 0, leak_comms = 0, escape_first_sync = 0;
-  long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1;
+  long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1, exit_fd = -1;
+  const char* warmup_arg = NULL;
 
   static const struct option kOptions[] = {
       {"cudart", required_argument, NULL, 'r'},
@@ -480,6 +646,9 @@ int main(int argc, char** argv) {
       {"leak-kb", required_argument, NULL, 'L'},
       {"leak-comms", required_argument, NULL, 'C'},
       {"escape-first-sync", no_argument, NULL, 'E'},
+      {"alloc-bytes", required_argument, NULL, 'B'},
+      {"warmup-calls", required_argument, NULL, 'w'},
+      {"exit-fd", required_argument, NULL, 'X'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -537,6 +706,15 @@ int main(int argc, char** argv) {
       case 'C':
         leak_comms = parse_number(optarg, 1UL << 20, "--leak-comms");
         break;
+      case 'B':
+        alloc_bytes = parse_number(optarg, 1UL << 40, "--alloc-bytes");
+        break;
+      case 'w':
+        warmup_arg = optarg;
+        break;
+      case 'X':
+        exit_fd = (long)parse_number(optarg, 1 << 20, "--exit-fd");
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -561,9 +739,21 @@ int main(int argc, char** argv) {
     perror("cuda_workload: strdup");
     return 1;
   }
-  struct plan plan = {NULL, 0,      iterations, spacing_us, 0, wait_fd, touch_kb, leak_kb,
-                      cudart, (int)escape_first_sync};
+  struct plan plan = {NULL,   0,      iterations, spacing_us, 0, wait_fd, touch_kb, leak_kb,
+                      cudart, (int)escape_first_sync, NULL};
   build_plan(spec, cudart, cuda, nccl, &plan);
+  struct plan warmup = {0};
+  char* warmup_spec = NULL;
+  if (warmup_arg != NULL) {
+    warmup_spec = strdup(warmup_arg);
+    if (warmup_spec == NULL) {
+      perror("cuda_workload: strdup");
+      return 1;
+    }
+    build_plan(warmup_spec, cudart, cuda, nccl, &warmup);
+    if (warmup.needs_comm) usage_error("--warmup-calls takes no NCCL op");
+    plan.warmup = &warmup;
+  }
   if (plan.needs_comm && rank < 0) usage_error("NCCL calls in --calls need --rank and --nranks");
 
   if (start_delay_ms > 0) sleep_us(start_delay_ms * 1000);  // stands in for context creation
@@ -612,8 +802,16 @@ int main(int argc, char** argv) {
     fprintf(stderr, "cuda_workload: warning: %llu of %llu calls returned an error\n", calls_failed,
             calls_made);
   }
-  printf("calls=%llu threads=%lu pid=%ld\n", calls_made, threads, (long)getpid());
+  printf("calls=%llu failed=%llu threads=%lu pid=%ld\n", calls_made, calls_failed, threads,
+         (long)getpid());
   fflush(stdout);
+  if (exit_fd >= 0) {
+    char b;
+    while (read((int)exit_fd, &b, 1) < 0 && errno == EINTR) {
+    }
+  }
+  free(warmup.steps);
+  free(warmup_spec);
   free(tids);
   free(plan.steps);
   free(spec);

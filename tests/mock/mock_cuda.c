@@ -4,7 +4,11 @@
 //
 // Behaviour, for tests:
 //  - every call succeeds (returns CUDA_SUCCESS = 0) unless an output pointer is NULL;
-//  - cuMemAlloc_v2 hands out host memory from malloc, cuMemFree_v2 frees it;
+//  - cuMemAlloc_v2 hands out host memory from malloc, cuMemFree_v2 frees it; so do the other
+//    allocating calls (managed, async, host, pitched: row pitch 512), and cuMemCreate hands
+//    out a handle that cuMemRelease takes back; a request above MOCK_CUDA_OOM_ABOVE bytes
+//    (unset: no limit) returns CUDA_ERROR_OUT_OF_MEMORY;
+//  - the capture and graph calls hand out dummy handles;
 //  - copies are no-ops (CUdeviceptr values in tests may be fake, so nothing is dereferenced);
 //  - the synchronize calls spin until the calling thread has used MOCK_CUDA_SYNC_CPU_US
 //    microseconds of CPU (default 50), so CPU contention inflates their wall time.
@@ -25,6 +29,12 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUgraphExec_st* CUgraphExec;
+typedef struct CUgraph_st* CUgraph;
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct CUmemAllocationProp_st CUmemAllocationProp;  // only used through a pointer
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st CUDA_GRAPH_INSTANTIATE_PARAMS;
+typedef struct CUgraphExecUpdateResultInfo_st CUgraphExecUpdateResultInfo;
+typedef int CUstreamCaptureMode;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;  // only used through a pointer
 
 typedef struct CUlaunchConfig_st {
@@ -67,6 +77,25 @@ enum {
   kCuGraphLaunch,
   kCuGraphLaunchPtsz,
   kCuDriverGetVersion,
+  kCuMemAllocManaged,
+  kCuMemAllocAsync,
+  kCuMemAllocAsyncPtsz,
+  kCuMemFreeAsync,
+  kCuMemFreeAsyncPtsz,
+  kCuMemAllocHost,
+  kCuMemHostAlloc,
+  kCuMemFreeHost,
+  kCuMemAllocPitch,
+  kCuMemCreate,
+  kCuMemRelease,
+  kCuStreamBeginCapture,
+  kCuStreamBeginCapturePtsz,
+  kCuStreamEndCapture,
+  kCuStreamEndCapturePtsz,
+  kCuGraphInstantiateWithFlags,
+  kCuGraphInstantiateWithParams,
+  kCuGraphInstantiateWithParamsPtsz,
+  kCuGraphExecUpdate,
 };
 static volatile int last_call = -1;
 
@@ -142,17 +171,189 @@ MOCK_API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction
   return config != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+static long oom_above_cache = -1;
+
+// MOCK_CUDA_OOM_ABOVE: the largest allocation that succeeds; -2 when unset (no limit).
+static long oom_above(void) {
+  long v = __atomic_load_n(&oom_above_cache, __ATOMIC_RELAXED);
+  if (v != -1) return v;
+  v = -2;
+  const char* text = getenv("MOCK_CUDA_OOM_ABOVE");
+  if (text != NULL && *text != '\0') {
+    char* end = NULL;
+    errno = 0;
+    long parsed = strtol(text, &end, 10);
+    if (errno == 0 && *end == '\0' && parsed >= 0) v = parsed;
+  }
+  __atomic_store_n(&oom_above_cache, v, __ATOMIC_RELAXED);
+  return v;
+}
+
+static CUresult allocate(unsigned long long* out, size_t bytesize) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  long limit = oom_above();
+  if (limit >= 0 && bytesize > (size_t)limit) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* p = malloc(bytesize != 0 ? bytesize : 1);
+  *out = (unsigned long long)(uintptr_t)p;
+  return p != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult allocate_host(void** out, size_t bytesize) {
+  if (out == NULL) return CUDA_ERROR_INVALID_VALUE;
+  unsigned long long p = 0;
+  CUresult rc = allocate(&p, bytesize);
+  if (rc == CUDA_SUCCESS) *out = (void*)(uintptr_t)p;
+  return rc;
+}
+
 MOCK_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
   mark(kCuMemAlloc);
-  if (dptr == NULL) return CUDA_ERROR_INVALID_VALUE;
-  void* p = malloc(bytesize != 0 ? bytesize : 1);
-  *dptr = (CUdeviceptr)(uintptr_t)p;
-  return p != NULL ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  return allocate(dptr, bytesize);
 }
 
 MOCK_API CUresult cuMemFree_v2(CUdeviceptr dptr) {
   mark(kCuMemFree);
   free((void*)(uintptr_t)dptr);
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  mark(kCuMemAllocManaged);
+  (void)flags;
+  return allocate(dptr, bytesize);
+}
+
+MOCK_API CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  mark(kCuMemAllocAsync);
+  (void)hStream;
+  return allocate(dptr, bytesize);
+}
+
+MOCK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  mark(kCuMemAllocAsyncPtsz);
+  (void)hStream;
+  return allocate(dptr, bytesize);
+}
+
+MOCK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  mark(kCuMemFreeAsync);
+  (void)hStream;
+  free((void*)(uintptr_t)dptr);
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  mark(kCuMemFreeAsyncPtsz);
+  (void)hStream;
+  free((void*)(uintptr_t)dptr);
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
+  mark(kCuMemAllocHost);
+  return allocate_host(pp, bytesize);
+}
+
+MOCK_API CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags) {
+  mark(kCuMemHostAlloc);
+  (void)Flags;
+  return allocate_host(pp, bytesize);
+}
+
+MOCK_API CUresult cuMemFreeHost(void* p) {
+  mark(kCuMemFreeHost);
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
+                                     size_t Height, unsigned int ElementSizeBytes) {
+  mark(kCuMemAllocPitch);
+  (void)ElementSizeBytes;
+  if (pPitch == NULL) return CUDA_ERROR_INVALID_VALUE;
+  long limit = oom_above();
+  if (limit >= 0 && WidthInBytes * Height > (size_t)limit) return CUDA_ERROR_OUT_OF_MEMORY;
+  size_t pitch = (WidthInBytes + 511) / 512 * 512;
+  CUresult rc = allocate(dptr, pitch * Height);
+  if (rc == CUDA_SUCCESS) *pPitch = pitch;
+  return rc;
+}
+
+// A handle is the address of a malloc'd block of the size (never dereferenced by callers).
+MOCK_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                              const CUmemAllocationProp* prop, unsigned long long flags) {
+  mark(kCuMemCreate);
+  (void)prop, (void)flags;
+  return allocate(handle, size);
+}
+
+MOCK_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  mark(kCuMemRelease);
+  free((void*)(uintptr_t)handle);
+  return CUDA_SUCCESS;
+}
+
+static char dummy_graph, dummy_exec;
+
+MOCK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
+  mark(kCuStreamBeginCapture);
+  (void)hStream, (void)mode;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
+  mark(kCuStreamBeginCapturePtsz);
+  (void)hStream, (void)mode;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  mark(kCuStreamEndCapture);
+  (void)hStream;
+  if (phGraph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *phGraph = (CUgraph)(void*)&dummy_graph;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  mark(kCuStreamEndCapturePtsz);
+  (void)hStream;
+  if (phGraph == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *phGraph = (CUgraph)(void*)&dummy_graph;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                              unsigned long long flags) {
+  mark(kCuGraphInstantiateWithFlags);
+  (void)hGraph, (void)flags;
+  if (phGraphExec == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphExec = (CUgraphExec)(void*)&dummy_exec;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                               CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  mark(kCuGraphInstantiateWithParams);
+  (void)hGraph, (void)params;
+  if (phGraphExec == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphExec = (CUgraphExec)(void*)&dummy_exec;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                    CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  mark(kCuGraphInstantiateWithParamsPtsz);
+  (void)hGraph, (void)params;
+  if (phGraphExec == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphExec = (CUgraphExec)(void*)&dummy_exec;
+  return CUDA_SUCCESS;
+}
+
+MOCK_API CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                       CUgraphExecUpdateResultInfo* resultInfo) {
+  mark(kCuGraphExecUpdate);
+  (void)hGraphExec, (void)hGraph, (void)resultInfo;
   return CUDA_SUCCESS;
 }
 

@@ -21,10 +21,19 @@
 //    its slow path, a caching allocator growing its pool: MOCK_CUDA_MALLOC_SLOW_US microseconds
 //    asleep, or of this thread's CPU time when MOCK_CUDA_MALLOC_SLOW_SPIN=1 (on-CPU work);
 //    MOCK_CUDA_MALLOC_CPU_US (default 0) microseconds of CPU in every cudaMalloc.
+//  - an allocation asking for more than MOCK_CUDA_OOM_ABOVE bytes (unset: no limit) returns
+//    cudaErrorMemoryAllocation, as a GPU out of memory does;
+//  - with MOCK_CUDART_DRIVER=PATH, cudaMalloc and cudaFree go through cuMemAlloc_v2 and
+//    cuMemFree_v2 of that libcuda (dlopen'd at the first call), as the real runtime reaches the
+//    driver underneath;
+//  - pitched allocations round the row up to a pitch of 512 bytes; the graph calls hand out
+//    dummy handles, and cudaGraphInstantiate* and cudaGraphExecUpdate spin for
+//    MOCK_CUDA_INSTANTIATE_CPU_US microseconds of CPU (default 0): building a graph is host work.
 // Every entry point is noinline and marks its own index, so each keeps a distinct address
 // (no identical-code folding) and a uprobe on one never fires for another.
 #define _POSIX_C_SOURCE 200809L
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stddef.h>
@@ -39,6 +48,22 @@ typedef int cudaError_t;
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
 typedef struct CUgraphExec_st* cudaGraphExec_t;
+typedef struct CUgraph_st* cudaGraph_t;
+typedef struct cudaGraphInstantiateParams_st cudaGraphInstantiateParams;  // through a pointer
+typedef struct cudaGraphExecUpdateResultInfo_st cudaGraphExecUpdateResultInfo;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0 };
+
+struct cudaPitchedPtr {
+  void* ptr;
+  size_t pitch;
+  size_t xsize;
+  size_t ysize;
+};
+struct cudaExtent {
+  size_t width;
+  size_t height;
+  size_t depth;
+};
 
 struct dim3 {
   unsigned int x, y, z;
@@ -86,6 +111,20 @@ enum {
   kCudaGraphLaunchPtsz,
   kCudaRuntimeGetVersion,
   kMockCudaVersion,
+  kCudaMallocHost,
+  kCudaHostAlloc,
+  kCudaFreeHost,
+  kCudaMallocPitch,
+  kCudaMalloc3D,
+  kCudaStreamBeginCapture,
+  kCudaStreamBeginCapturePtsz,
+  kCudaStreamEndCapture,
+  kCudaStreamEndCapturePtsz,
+  kCudaGraphInstantiate,
+  kCudaGraphInstantiateWithFlags,
+  kCudaGraphInstantiateWithParams,
+  kCudaGraphInstantiateWithParamsPtsz,
+  kCudaGraphExecUpdate,
 };
 static volatile int last_call = -1;
 
@@ -154,11 +193,50 @@ static void sleep_us(long us) {
   }
 }
 
+static long oom_above_cache = -1;
+
+// MOCK_CUDA_OOM_ABOVE: the largest allocation that succeeds; -2 when unset (no limit).
+static long oom_above(void) {
+  long v = __atomic_load_n(&oom_above_cache, __ATOMIC_RELAXED);
+  if (v != -1) return v;
+  v = -2;
+  const char* text = getenv("MOCK_CUDA_OOM_ABOVE");
+  if (text != NULL && *text != '\0') {
+    char* end = NULL;
+    errno = 0;
+    long parsed = strtol(text, &end, 10);
+    if (errno == 0 && *end == '\0' && parsed >= 0) v = parsed;
+  }
+  __atomic_store_n(&oom_above_cache, v, __ATOMIC_RELAXED);
+  return v;
+}
+
 static cudaError_t allocate(void** ptr, size_t size) {
   if (ptr == NULL) return cudaErrorInvalidValue;
+  long limit = oom_above();
+  if (limit >= 0 && size > (size_t)limit) return cudaErrorMemoryAllocation;
   *ptr = malloc(size != 0 ? size : 1);
   return *ptr != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
 }
+
+// MOCK_CUDART_DRIVER's cuMemAlloc_v2 and cuMemFree_v2, or NULL without it.
+typedef int (*cu_mem_alloc_fn)(unsigned long long*, size_t);
+typedef int (*cu_mem_free_fn)(unsigned long long);
+static void* driver_symbol(const char* name) {
+  static void* handle;
+  const char* path = getenv("MOCK_CUDART_DRIVER");
+  if (path == NULL || *path == '\0') return NULL;
+  void* h = __atomic_load_n(&handle, __ATOMIC_ACQUIRE);
+  if (h == NULL) {
+    h = dlopen(path, RTLD_NOW);
+    if (h == NULL) return NULL;
+    __atomic_store_n(&handle, h, __ATOMIC_RELEASE);
+  }
+  return dlsym(h, name);
+}
+
+static long instantiate_cache = -1;
+static void graph_build_work(void);
 
 static cudaError_t copy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   if ((kind == cudaMemcpyHostToHost || kind == cudaMemcpyDefault) && dst != NULL && src != NULL &&
@@ -184,12 +262,153 @@ MOCK_API cudaError_t cudaMalloc(void** devPtr, size_t size) {
       sleep_us(slow);
     }
   }
+  cu_mem_alloc_fn via = (cu_mem_alloc_fn)driver_symbol("cuMemAlloc_v2");
+  if (via != NULL && devPtr != NULL) {
+    unsigned long long p = 0;
+    int rc = via(&p, size);
+    *devPtr = (void*)(size_t)p;
+    return rc;
+  }
   return allocate(devPtr, size);
 }
 
 MOCK_API cudaError_t cudaFree(void* devPtr) {
   mark(kCudaFree);
+  cu_mem_free_fn via = (cu_mem_free_fn)driver_symbol("cuMemFree_v2");
+  if (via != NULL) return via((unsigned long long)(size_t)devPtr);
   free(devPtr);
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  mark(kCudaMallocHost);
+  return allocate(ptr, size);
+}
+
+MOCK_API cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  mark(kCudaHostAlloc);
+  (void)flags;
+  return allocate(pHost, size);
+}
+
+MOCK_API cudaError_t cudaFreeHost(void* ptr) {
+  mark(kCudaFreeHost);
+  free(ptr);
+  return cudaSuccess;
+}
+
+static size_t pitch_of(size_t width) { return (width + 511) / 512 * 512; }
+
+MOCK_API cudaError_t cudaMallocPitch(void** devPtr, size_t* pitch, size_t width, size_t height) {
+  mark(kCudaMallocPitch);
+  if (pitch == NULL) return cudaErrorInvalidValue;
+  long limit = oom_above();
+  if (limit >= 0 && width * height > (size_t)limit) return cudaErrorMemoryAllocation;
+  cudaError_t rc = allocate(devPtr, pitch_of(width) * height);
+  if (rc == cudaSuccess) *pitch = pitch_of(width);
+  return rc;
+}
+
+MOCK_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr* pitchedDevPtr, struct cudaExtent extent) {
+  mark(kCudaMalloc3D);
+  if (pitchedDevPtr == NULL) return cudaErrorInvalidValue;
+  long limit = oom_above();
+  if (limit >= 0 && extent.width * extent.height * extent.depth > (size_t)limit) {
+    return cudaErrorMemoryAllocation;
+  }
+  size_t pitch = pitch_of(extent.width);
+  void* p = NULL;
+  cudaError_t rc = allocate(&p, pitch * extent.height * extent.depth);
+  if (rc != cudaSuccess) return rc;
+  pitchedDevPtr->ptr = p;
+  pitchedDevPtr->pitch = pitch;
+  pitchedDevPtr->xsize = extent.width;
+  pitchedDevPtr->ysize = extent.height;
+  return cudaSuccess;
+}
+
+static void graph_build_work(void) {
+  long us = env_us("MOCK_CUDA_INSTANTIATE_CPU_US", 0, &instantiate_cache);
+  if (us > 0) spin_cpu_us(us);
+}
+
+MOCK_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  mark(kCudaStreamBeginCapture);
+  (void)stream, (void)mode;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream,
+                                                 enum cudaStreamCaptureMode mode) {
+  mark(kCudaStreamBeginCapturePtsz);
+  (void)stream, (void)mode;
+  return cudaSuccess;
+}
+
+static char dummy_graph, dummy_exec;
+
+MOCK_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph) {
+  mark(kCudaStreamEndCapture);
+  (void)stream;
+  if (pGraph == NULL) return cudaErrorInvalidValue;
+  *pGraph = (cudaGraph_t)(void*)&dummy_graph;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t* pGraph) {
+  mark(kCudaStreamEndCapturePtsz);
+  (void)stream;
+  if (pGraph == NULL) return cudaErrorInvalidValue;
+  *pGraph = (cudaGraph_t)(void*)&dummy_graph;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                          unsigned long long flags) {
+  mark(kCudaGraphInstantiate);
+  (void)graph, (void)flags;
+  if (pGraphExec == NULL) return cudaErrorInvalidValue;
+  graph_build_work();
+  *pGraphExec = (cudaGraphExec_t)(void*)&dummy_exec;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                                   unsigned long long flags) {
+  mark(kCudaGraphInstantiateWithFlags);
+  (void)graph, (void)flags;
+  if (pGraphExec == NULL) return cudaErrorInvalidValue;
+  graph_build_work();
+  *pGraphExec = (cudaGraphExec_t)(void*)&dummy_exec;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t* pGraphExec, cudaGraph_t graph,
+                                                    cudaGraphInstantiateParams* params) {
+  mark(kCudaGraphInstantiateWithParams);
+  (void)graph, (void)params;
+  if (pGraphExec == NULL) return cudaErrorInvalidValue;
+  graph_build_work();
+  *pGraphExec = (cudaGraphExec_t)(void*)&dummy_exec;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t* pGraphExec,
+                                                         cudaGraph_t graph,
+                                                         cudaGraphInstantiateParams* params) {
+  mark(kCudaGraphInstantiateWithParamsPtsz);
+  (void)graph, (void)params;
+  if (pGraphExec == NULL) return cudaErrorInvalidValue;
+  graph_build_work();
+  *pGraphExec = (cudaGraphExec_t)(void*)&dummy_exec;
+  return cudaSuccess;
+}
+
+MOCK_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph,
+                                         cudaGraphExecUpdateResultInfo* resultInfo) {
+  mark(kCudaGraphExecUpdate);
+  (void)hGraphExec, (void)hGraph, (void)resultInfo;
+  graph_build_work();
   return cudaSuccess;
 }
 
