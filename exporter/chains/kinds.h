@@ -27,6 +27,8 @@ enum class Kind : std::uint8_t {
   kGpuContention,
   kNcclStraggler,
   kCallHang,
+  kGraphRecapture,
+  kCudaOom,
 };
 
 enum class Severity : std::uint8_t { kLow, kMedium, kHigh, kCritical };
@@ -63,6 +65,8 @@ std::unique_ptr<Rule> make_call_hang_rule();
 std::unique_ptr<Rule> make_io_stall_rule();
 std::unique_ptr<Rule> make_network_retransmit_rule();
 std::unique_ptr<Rule> make_nccl_straggler_rule();
+std::unique_ptr<Rule> make_graph_recapture_rule();
+std::unique_ptr<Rule> make_cuda_oom_rule();
 
 struct KindInfo {
   Kind kind;
@@ -74,7 +78,7 @@ struct KindInfo {
 };
 
 // Rows in Kind order (kind_info relies on it).
-inline constexpr std::array<KindInfo, 11> kKinds = {{
+inline constexpr std::array<KindInfo, 13> kKinds = {{
     {Kind::kCpuContention,
      "cpu_contention",
      "cpu_contention",
@@ -136,6 +140,18 @@ inline constexpr std::array<KindInfo, 11> kKinds = {{
      "(always critical: a call open past --hang-threshold)",
      {0, 0, 0},
      make_call_hang_rule},
+    {Kind::kGraphRecapture,
+     "graph_recapture",
+     "graph_recapture",
+     "share of the process's CUDA time spent building graphs",
+     {0.10, 0.25, kNever},
+     make_graph_recapture_rule},
+    {Kind::kCudaOom,
+     "cuda_oom",
+     "cuda_oom",
+     "(always high: an allocation returned out of memory)",
+     {0, 0, kNever},
+     make_cuda_oom_rule},
 }};
 inline constexpr int kKindCount = static_cast<int>(kKinds.size());
 

@@ -103,6 +103,12 @@ std::uint64_t ProcessWindow::cuda_ns() const {
   return sum;
 }
 
+std::uint64_t MemoryWindow::live_total() const {
+  std::uint64_t sum = 0;
+  for (auto b : live) sum += b;
+  return sum;
+}
+
 IoTotals SeriesWindow::io_total() const {
   IoTotals all;
   for (const auto& [key, t] : io) all.add(t);
@@ -147,12 +153,32 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
         seen_before[pc.pid] = true;
       }
     }
+    std::map<int, MemoryWindow> memory;
+    std::map<int, std::uint64_t> worst_failures;
     for (const auto& pc : s.processes) {
       auto it = old_calls.find({pc.pid, pc.call_id});
       CallTotals d = delta(pc.totals, it == old_calls.end() ? nullptr : it->second);
+      if (trace::is_allocating_call(pc.call_id)) {
+        MemoryWindow& m = memory[pc.pid];
+        m.allocated += d.alloc_bytes;
+        m.freed += d.freed_bytes;
+        m.failures += d.alloc_failures;
+        m.live[static_cast<size_t>(trace::mem_kind(pc.call_id))] += pc.totals.live_bytes();
+        if (d.alloc_failures > 0) {
+          m.failed_bytes = std::max(m.failed_bytes, d.failed_bytes);
+          if (d.alloc_failures > worst_failures[pc.pid]) {
+            worst_failures[pc.pid] = d.alloc_failures;
+            m.failed_call = pc.call_id;
+          }
+        }
+      }
       if (d.count == 0 && d.sum_ns == 0) continue;
       ProcessWindow& p = proc(pc.pid);
       p.calls[pc.call_id] = d;
+    }
+    for (auto& [pid, m] : memory) {
+      auto pit = procs.find(pid);
+      if (pit != procs.end()) pit->second.memory = m;
     }
     std::map<std::pair<int, NcclKey>, const NcclTotals*> old_nccl;
     if (before) {

@@ -3,14 +3,27 @@
 // numbers. Pure; thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "trace/calls.h"
 #include "trace/snapshot.h"
 
 namespace stallwatch::chains {
+
+// GPU memory of a process in the window (trace/calls.h memory calls).
+struct MemoryWindow {
+  std::uint64_t allocated = 0;     // bytes, this window
+  std::uint64_t freed = 0;
+  std::uint64_t failures = 0;      // out-of-memory returns, this window
+  std::uint64_t failed_bytes = 0;  // the largest request that failed (when failures > 0)
+  std::uint32_t failed_call = 0;   // the call that failed most (when failures > 0)
+  std::array<std::uint64_t, trace::kMemKinds> live{};  // held at the window's end, by MemKind
+  std::uint64_t live_total() const;
+};
 
 // A CUDA-issuing process of a series (it made CUDA or NCCL calls, or its CUDA threads ran).
 struct ProcessWindow {
@@ -25,6 +38,7 @@ struct ProcessWindow {
   std::vector<Preemptor> preemptors;           // this window's delta, worst first
   std::map<NcclKey, NcclTotals> nccl;          // NCCL ops by (op, rank, world size), count > 0
   std::map<IoKey, IoTotals> io;                // block I/O it submitted itself, count > 0
+  MemoryWindow memory;                         // traced GPU memory
   std::uint64_t cuda_ns() const;               // time inside CUDA calls this window
 };
 

@@ -52,6 +52,10 @@ class CudaSource : public Source {
       const int pid = static_cast<int>(k.tgid);
       if (!ctx.alive(pid, k.start_tag)) {
         if (t.live_bytes() > 0) exited_holding.emplace(k.tgid, k.start_tag);
+        if (t.alloc_failures > 0) {
+          snap.series[slot.label].exited_alloc_failures.push_back(
+              ExitedAllocFailure{pid, ctx.comm(pid), k.call_id, t.alloc_failures, t.failed_bytes});
+        }
         slot.retired.calls[k.call_id].add(t);
         return true;
       }

@@ -205,6 +205,16 @@ struct SeriesTotals {
 
 inline constexpr size_t kMaxOomVictims = 16;
 
+// A process that exited during the window after CUDA allocations of it returned out of memory
+// (an uncaught torch.cuda.OutOfMemoryError ends the process before the next window sees it).
+struct ExitedAllocFailure {
+  int pid = 0;
+  std::string comm;
+  std::uint32_t call_id = 0;       // trace/calls.h
+  std::uint64_t failures = 0;      // over the process's life
+  std::uint64_t failed_bytes = 0;  // what the latest failure asked for
+};
+
 // Everything about one exported series of workloads (one cgroup, or the overflow fold): the
 // sources' cumulative totals, and what is known of the live processes now.
 struct Series : SeriesTotals {
@@ -222,6 +232,7 @@ struct Series : SeriesTotals {
   std::vector<ProcessIo> io_processes;   // live processes only
   std::vector<ProcessNccl> nccl_processes;  // live processes only
   std::vector<InflightCall> inflight;  // open calls of live processes now, oldest first
+  std::vector<ExitedAllocFailure> exited_alloc_failures;  // exited during this window
 };
 
 // Cumulative totals of one window: `now` less `before` (null: nothing before, so all of `now`).
