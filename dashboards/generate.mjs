@@ -17,6 +17,12 @@ const sel = (extra = '') => `{${W}${extra ? `, ${extra}` : ''}}`;
 // The daemon's own series (no workload labels).
 const SELF = '{job=~"$job"}';
 const SYNC_CALLS = 'cudaStreamSynchronize|cudaDeviceSynchronize|cuStreamSynchronize|cuCtxSynchronize';
+// CUDA Graph builds: one capture ends, an instantiation or an update (not the cheap BeginCapture,
+// so a capture counts once); and the launches that reuse what they built.
+const GRAPH_BUILDS = 'cudaStreamEndCapture|cudaGraphInstantiate.*|cudaGraphExecUpdate|cuStreamEndCapture|cuGraphInstantiate.*|cuGraphExecUpdate_v2';
+const GRAPH_LAUNCHES = 'cudaGraphLaunch|cuGraphLaunch';
+// Every graph-building call, the capture's begin included: what building costs.
+const GRAPH_BUILD_CALLS = `cudaStreamBeginCapture|cuStreamBeginCapture_v2|${GRAPH_BUILDS}`;
 const RI = '$__rate_interval';
 
 // ---------------------------------------------------------------- panel builders
@@ -471,10 +477,36 @@ function workload() {
   p.push(timeseries('Calls in flight (oldest open call per call)', 'stallwatch_cuda_call_inflight_seconds: how long the oldest call of each kind has been open (not returned). A line that climbs steadily is a hang; past --hang-threshold (60s) a call_hang chain opens and StallwatchCallHang pages.',
     [[`max by (api, call) (stallwatch_cuda_call_inflight_seconds${sel()})`, '{{call}} ({{api}})']], { unit: 's', w: 24, min: 0 }));
 
+  // Appended after the older rows so their panel ids (viewPanel links) stay the same.
+  p.push(row('GPU memory (traced CUDA allocations)'));
+  p.push(timeseries('GPU memory held, by kind', 'stallwatch_cuda_memory_live_bytes: bytes the workload\'s live processes hold from traced allocation calls, by kind (device, managed, host: pinned host memory), runtime and driver together. A caching allocator (PyTorch) holds what it reserved, not what its tensors use; the CUDA context\'s own memory is not counted. A line that climbs step after step is a leak.',
+    [[`sum by (kind) (stallwatch_cuda_memory_live_bytes${sel()})`, '{{kind}}']], { unit: 'bytes', w: 8, min: 0, stack: true }));
+  p.push(timeseries('Allocated and freed per second', 'rate(stallwatch_cuda_memory_allocated_bytes_total) and rate(stallwatch_cuda_memory_freed_bytes_total) by allocating call (a free is credited to the call that allocated the memory): the two lines of a call meet in a steady state; allocation without frees is growth.',
+    [
+      [`sum by (call) (rate(stallwatch_cuda_memory_allocated_bytes_total${sel()}[${RI}]))`, '{{call}} allocated'],
+      [`sum by (call) (rate(stallwatch_cuda_memory_freed_bytes_total${sel()}[${RI}]))`, '{{call}} freed'],
+    ], { unit: 'Bps', w: 8, min: 0 }));
+  p.push(timeseries('Allocation failures (out of memory)', 'increase(stallwatch_cuda_memory_alloc_failures_total): allocation calls that returned out of memory, by call. Each opens a cuda_oom chain and fires StallwatchCudaAllocFailures. PyTorch frees its cached blocks and retries before it raises OutOfMemoryError: even a failure it survived cost a cache flush.',
+    [[`sum by (call) (increase(stallwatch_cuda_memory_alloc_failures_total${sel()}[${RI}]))`, '{{call}}']], { w: 8, min: 0, bars: true }));
+
+  p.push(row('CUDA Graphs: capture and instantiation'));
+  p.push(timeseries('Graph builds and launches per second', 'Captures ended (cudaStreamEndCapture, cuStreamEndCapture), instantiations (cudaGraphInstantiate*, cuGraphInstantiate*) and updates (cudaGraphExecUpdate, cuGraphExecUpdate_v2) beside graph launches (cudaGraphLaunch, cuGraphLaunch), per second. A graph pays off when it is built once and launched many times; builds that keep pace with launches are re-captures (changing shapes, a new graph per step).',
+    [
+      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_count${sel(`call=~"${GRAPH_BUILDS}"`)}[${RI}]))`, '{{call}}'],
+      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_count${sel(`call=~"${GRAPH_LAUNCHES}"`)}[${RI}]))`, '{{call}} (launch)'],
+    ], { unit: 'cps', w: 8, min: 0 }));
+  p.push(timeseries('Time in graph builds and launches', 'rate(stallwatch_cuda_call_duration_seconds_sum): seconds per second the workload\'s threads spent inside the capture (begin and end), instantiate and update calls, beside the time inside graph launches.',
+    [
+      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_sum${sel(`call=~"${GRAPH_BUILD_CALLS}"`)}[${RI}]))`, '{{call}}'],
+      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_sum${sel(`call=~"${GRAPH_LAUNCHES}"`)}[${RI}]))`, '{{call}} (launch)'],
+    ], { unit: 's', w: 8, min: 0 }));
+  p.push(timeseries('Share of CUDA call time in graph builds', 'Time in the capture, instantiate and update calls over the time in all traced calls of the workload. The graph_recapture chain rates each process by the same share once its graphs keep being rebuilt after warm-up: low from 5 %, medium from 10 %, high from 25 %.',
+    [[`sum(rate(stallwatch_cuda_call_duration_seconds_sum${sel(`call=~"${GRAPH_BUILD_CALLS}"`)}[${RI}])) / sum(rate(stallwatch_cuda_call_duration_seconds_sum${sel()}[${RI}]))`, 'graph builds']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+
   return dashboard({
     uid: 'stallwatch-workload',
     title: 'Workload drill-down',
-    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, and its chains.',
+    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, GPU memory held and CUDA Graph builds, and its chains.',
     tags: ['workload'],
     panels: p,
     extraVars: [

@@ -156,10 +156,18 @@ std::string snapshot_json(const Snapshot& snap) {
     Json& jp = j["processes"] = Json::array();
     for (const auto& p : s.processes) {
       if (p.call_id >= calls.size()) continue;
-      jp.push_back({{"pid", p.pid},
-                    {"call", calls[p.call_id].name},
-                    {"count", p.totals.count},
-                    {"runnable_ns", p.totals.runnable_ns}});
+      Json row = {{"pid", p.pid},
+                  {"call", calls[p.call_id].name},
+                  {"count", p.totals.count},
+                  {"runnable_ns", p.totals.runnable_ns}};
+      if (trace::is_allocating_call(p.call_id)) {
+        row["memory"] = {{"kind", trace::mem_kind_name(trace::mem_kind(p.call_id))},
+                         {"allocated_bytes", p.totals.alloc_bytes},
+                         {"freed_bytes", p.totals.freed_bytes},
+                         {"live_bytes", p.totals.live_bytes()},
+                         {"alloc_failures", p.totals.alloc_failures}};
+      }
+      jp.push_back(std::move(row));
     }
     Json& pre = j["preemptors"] = Json::array();
     for (const auto& p : s.preemptors) {

@@ -90,9 +90,17 @@ def main():
     except torch.OutOfMemoryError as e:
         oom = str(e).splitlines()[0][:160]
     report(a.port, a.window, a.label + ":oom", cg, {"torch_error": oom})
+    # cuBLAS must create its handle and workspace before a capture (torch.cuda.graphs docs):
+    # warm up on the side stream first.
+    x = torch.randn(1024, 1024, device=dev)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            (x @ x).relu_()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
     if a.recapture > 0:
-        x = torch.randn(1024, 1024, device=dev)
-        s = torch.cuda.Stream()
         end = time.time() + a.recapture
         steps = 0
         while time.time() < end:
@@ -105,9 +113,7 @@ def main():
             steps += 1
         report(a.port, a.window, a.label + ":recapture", cg, {"captures": steps})
     if a.steady > 0:
-        x = torch.randn(1024, 1024, device=dev)
         g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
         with torch.cuda.stream(s):
             with torch.cuda.graph(g, stream=s):
                 y = (x @ x).relu_()

@@ -93,6 +93,19 @@ Json json_process(const ProcessStats& p) {
       p.thread_ns() > 0);
   o["preemptions"] = p.preemptions;
   o["worst_stall_s"] = secs(p.worst_stall_ns);
+  if (const auto& m = p.memory; m.any()) {
+    Json mem = {{"allocated_bytes", m.allocated},   {"freed_bytes", m.freed},
+                {"alloc_failures", m.failures},     {"live_bytes", m.live()},
+                {"live_device_bytes", m.live_device}, {"live_managed_bytes", m.live_managed},
+                {"live_host_bytes", m.live_host},   {"peak_bytes", m.peak}};
+    if (m.growth) {
+      mem["memory_growth"] = {{"from_bytes", m.growth->from_bytes},
+                              {"to_bytes", m.growth->to_bytes},
+                              {"span_s", m.growth->span_s},
+                              {"bytes_per_s", m.growth->bytes_per_s}};
+    }
+    o["memory"] = std::move(mem);
+  }
   Json& preemptors = o["preemptors"] = Json::array();
   for (const auto& k : p.preemptors) {
     preemptors.push_back({{"comm", k.comm},

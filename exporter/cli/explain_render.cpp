@@ -262,6 +262,28 @@ void render_process(std::string& out, const ProcessStats& p, const Names& names)
   }
   if (p.preemptions) field(out, "Preemptions", {thousands(p.preemptions)});
   if (p.worst_stall_ns) field(out, "Worst stall", {human_ns(p.worst_stall_ns)});
+  if (const store::MemoryStats& m = p.memory; m.any()) {
+    std::string held = human_bytes(static_cast<double>(m.live())) + " held at the end";
+    std::vector<std::string> kinds;
+    if (m.live_device) kinds.push_back("device " + human_bytes(static_cast<double>(m.live_device)));
+    if (m.live_managed) kinds.push_back("managed " + human_bytes(static_cast<double>(m.live_managed)));
+    if (m.live_host) kinds.push_back("pinned host " + human_bytes(static_cast<double>(m.live_host)));
+    for (size_t i = 0; i < kinds.size(); i++) held += (i == 0 ? " (" : ", ") + kinds[i];
+    if (!kinds.empty()) held += ")";
+    held += ", peak " + human_bytes(static_cast<double>(m.peak)) + "; allocated " +
+            human_bytes(static_cast<double>(m.allocated)) + ", freed " +
+            human_bytes(static_cast<double>(m.freed));
+    if (m.failures) held += "; " + thousands(m.failures) + " out-of-memory failures";
+    field(out, "GPU memory", {held});
+    if (m.growth) {
+      field(out, "memory_growth",
+            {"grew from " + human_bytes(static_cast<double>(m.growth->from_bytes)) + " to " +
+             human_bytes(static_cast<double>(m.growth->to_bytes)) + " over " +
+             human_seconds(m.growth->span_s) + " (" +
+             human_bytes(m.growth->bytes_per_s * 60) +
+             "/min) with no plateau: a leak, or a cache that never stops growing"});
+    }
+  }
   std::vector<std::string> pre;
   for (const auto& k : p.preemptors) {
     std::string l = process_name(k.comm, k.pid);

@@ -61,4 +61,8 @@ Scenario network_retransmit();
 Scenario nccl_straggler();
 Scenario nccl_hang();
 
+// scenarios_gpu.cpp
+Scenario cuda_oom();
+Scenario graph_recapture();
+
 }  // namespace stallwatch::demo::kit

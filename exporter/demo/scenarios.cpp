@@ -264,7 +264,8 @@ Scenario healthy() {
 std::vector<std::string> scenario_names() {
   return {"incident",        "cpu-contention", "cold-start",         "memcpy-bottleneck",
           "periodic-spike",  "gpu-steal",      "memory-pressure",    "io-stall",
-          "network-retransmit", "nccl-straggler", "nccl-hang", "cpu-steal", "healthy"};
+          "network-retransmit", "nccl-straggler", "nccl-hang", "cpu-steal", "cuda-oom",
+          "graph-recapture", "healthy"};
 }
 
 std::optional<Scenario> make_scenario(const std::string& name) {
@@ -280,6 +281,8 @@ std::optional<Scenario> make_scenario(const std::string& name) {
   if (name == "nccl-straggler") return kit::nccl_straggler();
   if (name == "nccl-hang") return kit::nccl_hang();
   if (name == "cpu-steal") return cpu_steal();
+  if (name == "cuda-oom") return kit::cuda_oom();
+  if (name == "graph-recapture") return kit::graph_recapture();
   if (name == "healthy") return healthy();
   return std::nullopt;
 }

@@ -98,6 +98,18 @@ void SyntheticHost::calls(int pid, const CallMix& mix) {
   }
 }
 
+void SyntheticHost::memory(int pid, std::string_view call, std::uint64_t allocated,
+                           std::uint64_t freed, std::uint64_t failures,
+                           std::uint64_t failed_bytes) {
+  auto it = procs_.find(pid);
+  if (it == procs_.end()) return;
+  CallTotals& t = it->second.calls[call_id(call)];
+  t.alloc_bytes += allocated;
+  t.freed_bytes += freed;
+  t.alloc_failures += failures;
+  if (failures > 0) t.failed_bytes = failed_bytes;
+}
+
 void SyntheticHost::offcpu(int pid, std::uint64_t runnable_ns, std::uint64_t blocked_ns,
                            std::uint64_t oncpu_ns, std::uint64_t preemptions) {
   auto it = procs_.find(pid);

@@ -71,6 +71,10 @@ class SyntheticHost {
   void preempted_by(int victim, int pid, const std::string& comm, const std::string& cgroup,
                     std::uint64_t runnable_ns, std::uint64_t count, int ppid = 0,
                     bool kernel_thread = false);
+  // GPU memory of `pid` through allocating `call` this window: bytes handed out, bytes of them
+  // freed, and out-of-memory returns (of `failed_bytes` each).
+  void memory(int pid, std::string_view call, std::uint64_t allocated, std::uint64_t freed,
+              std::uint64_t failures = 0, std::uint64_t failed_bytes = 0);
   // NCCL ops of a CUDA process (`pid` from add_process).
   void nccl(int pid, const NcclMix& mix);
   // A call of `pid` named `call` still open at the end of this window (cleared after the next

@@ -324,6 +324,7 @@ struct PreemptorAgg {
 
 struct ProcAgg {
   ProcessStats stats;
+  std::vector<std::pair<std::int64_t, std::uint64_t>> live;  // (ts, live bytes), memory_growth
   std::vector<CallAgg> calls;  // a handful per process: linear search beats hashing
   std::vector<PreemptorAgg> preemptors;
 };
@@ -411,6 +412,27 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
                });
   if (!r) return r.error();
 
+  // GPU memory (schema 6).
+  {
+    r = each_row(db,
+                 "SELECT cgroup, pid, ts_ns, allocated, freed, failures, live_device, "
+                 "live_managed, live_host FROM memory_windows WHERE ts_ns > ?1 AND ts_ns <= ?2" +
+                     cgroup_clause("cgroup") + " ORDER BY ts_ns",
+                 q, filter, [&](const Stmt& st) {
+                   ProcAgg& p = proc(st, 0, 1);
+                   MemoryStats& m = p.stats.memory;
+                   m.allocated += u64(st, 3);
+                   m.freed += u64(st, 4);
+                   m.failures += u64(st, 5);
+                   m.live_device = u64(st, 6);
+                   m.live_managed = u64(st, 7);
+                   m.live_host = u64(st, 8);
+                   m.peak = std::max(m.peak, m.live());
+                   p.live.emplace_back(st.int64(2), m.live());
+                 });
+    if (!r) return r.error();
+  }
+
   // comm: the newest processes row of that pid, preferring one in the same cgroup.
   std::map<std::pair<std::string, int>, std::string> exact;
   std::map<int, std::string> by_pid;
@@ -426,6 +448,7 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
 
   for (auto& [key, agg] : procs) {
     ProcessStats& p = agg.stats;
+    p.memory.growth = chains::memory_growth(agg.live);
     p.cgroup = cgroups.name(static_cast<std::uint32_t>(key >> 32));
     p.pid = static_cast<int>(static_cast<std::uint32_t>(key));
     if (auto it = exact.find({p.cgroup, p.pid}); it != exact.end()) {

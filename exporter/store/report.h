@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "chains/memory_growth.h"
 #include "chains/chain.h"
 #include "common/result.h"
 #include "store/sqlite.h"
@@ -131,6 +132,20 @@ struct Preemptor {
   std::uint64_t count = 0;
 };
 
+// Traced GPU memory of a process over the period (memory_windows, schema 6).
+struct MemoryStats {
+  std::uint64_t allocated = 0;
+  std::uint64_t freed = 0;
+  std::uint64_t failures = 0;     // out-of-memory returns
+  std::uint64_t live_device = 0;  // at its newest window in the period
+  std::uint64_t live_managed = 0;
+  std::uint64_t live_host = 0;
+  std::uint64_t peak = 0;         // the most it held at a window's end
+  std::optional<chains::MemoryGrowth> growth;  // memory_growth: grew with no plateau
+  bool any() const { return allocated + freed + failures + peak > 0; }
+  std::uint64_t live() const { return live_device + live_managed + live_host; }
+};
+
 struct ProcessStats {
   std::string cgroup;
   int pid = 0;
@@ -145,6 +160,7 @@ struct ProcessStats {
   std::uint64_t preemptions = 0;
   std::uint64_t worst_stall_ns = 0;   // longest call or outlier
   std::vector<Preemptor> preemptors;  // most CPU stolen first, at most kTopPreemptors
+  MemoryStats memory;
   std::uint64_t offcpu_ns() const { return runnable_ns + blocked_ns; }
   std::uint64_t thread_ns() const { return offcpu_ns() + oncpu_ns; }
 };

@@ -15,9 +15,9 @@ namespace stallwatch::store {
 namespace {
 
 // The tables whose rows are one window's data, keyed by ts_ns (ts_ns-indexed).
-constexpr std::array<const char*, 6> kWindowTables = {"call_windows",      "process_windows",
-                                                      "preemptor_windows", "outliers",
-                                                      "inflight_windows",  "windows"};
+constexpr std::array<const char*, 7> kWindowTables = {
+    "call_windows",     "process_windows", "preemptor_windows", "outliers",
+    "inflight_windows", "memory_windows",  "windows"};
 
 Result<std::int64_t> pragma_int(sqlite3* db, const char* pragma) {
   auto st = Stmt::prepare(db, std::string("PRAGMA ") + pragma);

@@ -82,6 +82,15 @@ CREATE TABLE inflight_windows(
   on_cpu INTEGER NOT NULL, rank INTEGER, world_size INTEGER);
 CREATE INDEX inflight_windows_ts ON inflight_windows(ts_ns);
 )sql",
+    // 5 → 6: GPU memory per process and window (issue #20): bytes allocated and freed, out of
+    // memory returns, and what it held at the window's end by kind.
+    R"sql(
+CREATE TABLE memory_windows(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL,
+  allocated INTEGER NOT NULL, freed INTEGER NOT NULL, failures INTEGER NOT NULL,
+  live_device INTEGER NOT NULL, live_managed INTEGER NOT NULL, live_host INTEGER NOT NULL);
+CREATE INDEX memory_windows_ts ON memory_windows(ts_ns);
+)sql",
 };
 
 }  // namespace

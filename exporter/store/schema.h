@@ -13,7 +13,7 @@
 
 namespace stallwatch::store {
 
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 // 0 for an empty database.
 Result<int> schema_version(sqlite3* db);

@@ -55,6 +55,10 @@ constexpr const char* kInflightSql =
     "runnable_ns, blocked_ns, preemptions, on_cpu, rank, world_size) "
     "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
+constexpr const char* kMemorySql =
+    "INSERT INTO memory_windows(ts_ns, cgroup, pid, allocated, freed, failures, live_device, "
+    "live_managed, live_host) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
 constexpr const char* kOutlierSql =
     "INSERT INTO outliers(ts_ns, cgroup, pid, tid, comm, call, api, duration_ns, runnable_ns, "
     "blocked_ns, preemptions) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
@@ -130,7 +134,7 @@ Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
       {&w.processes_, kProcessSql},       {&w.process_windows_, kProcessWindowSql},
       {&w.call_windows_, kCallWindowSql}, {&w.preemptors_, kPreemptorSql},
       {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
-      {&w.inflight_, kInflightSql},
+      {&w.inflight_, kInflightSql},       {&w.memory_, kMemorySql},
   };
   for (const auto& [stmt, sql] : all) {
     auto st = Stmt::prepare(db, sql);
@@ -220,6 +224,16 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
       call_windows_.bind(9, i64(t.blocked_ns)).bind(10, i64(t.max_ns));
       call_windows_.bind_blob(11, encode_buckets(t.buckets));
       if (auto r = done(call_windows_); !r) return r;
+    }
+
+    // GPU memory: rows of processes that allocated, freed or failed, or hold memory.
+    if (const auto& m = p.memory; m.allocated + m.freed + m.failures + m.live_total() > 0) {
+      memory_.bind(1, ts).bind(2, std::string_view(p.cgroup)).bind(3, pid);
+      memory_.bind(4, i64(m.allocated)).bind(5, i64(m.freed)).bind(6, i64(m.failures));
+      memory_.bind(7, i64(m.live[static_cast<size_t>(trace::MemKind::kDevice)]));
+      memory_.bind(8, i64(m.live[static_cast<size_t>(trace::MemKind::kManaged)]));
+      memory_.bind(9, i64(m.live[static_cast<size_t>(trace::MemKind::kHost)]));
+      if (auto r = done(memory_); !r) return r;
     }
 
     for (const auto& pr : p.preemptors) {

@@ -29,6 +29,8 @@ const SCENARIOS = [
   ['nccl-straggler', ['--hold'], 'stallwatch_nccl_op_duration_seconds_bucket', false],
   // Open calls exist only while the ranks hang: held there.
   ['nccl-hang', ['--hold'], 'stallwatch_cuda_call_inflight_seconds', false],
+  // GPU memory and the out-of-memory failures: held at the failures.
+  ['cuda-oom', ['--hold'], 'stallwatch_cuda_memory_alloc_failures_total', false],
   // Per-CPU steal exists only in the story's steal phase: fast windows, scraped as they pass.
   ['cpu-steal', ['--window', '200ms'], 'stallwatch_cpu_stolen_ratio', false],
 ];

@@ -227,6 +227,61 @@ TEST_F(GpuMemory, GraphsRebuiltEveryStepOpenGraphRecaptureSteadyLaunchesDoNot) {
       << chains_json(*daemon_, "graph_recapture", steady_cg.label(), &raw).size() << raw;
 }
 
+// A process that allocates 2 MiB every 200 ms for 24 s keeps growing; one that takes 128 MiB at
+// once and then allocates and frees in pairs holds steady. explain --per-process names the first
+// (memory_growth) and not the second, from the store's memory_windows.
+TEST_F(GpuMemory, GrowingProcessIsNamedOneThatPlateausIsNot) {
+  TestCgroup grow_cg(unique("grow")), flat_cg(unique("flat"));
+  Spawn grow;
+  grow.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--alloc-bytes", "2097152", "--calls",
+               "cudaMalloc:1", "--iterations", "120", "--spacing-us", "200000",
+               "--start-delay-ms", "1000"};
+  grow.cgroup_dir = grow_cg.dir();
+  Spawn flat;
+  flat.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--alloc-bytes", "2097152", "--warmup-calls",
+               "cudaMalloc:64", "--calls", "cudaMalloc:1,cudaFree:1", "--iterations", "120",
+               "--spacing-us", "100000", "--start-delay-ms", "1000"};
+  flat.cgroup_dir = flat_cg.dir();
+  Child a(grow), b(flat);
+  const int grow_pid = a.pid(), flat_pid = b.pid();
+  ASSERT_EQ(a.wait(60s), 0);
+  ASSERT_EQ(b.wait(60s), 0);
+  ASSERT_TRUE(daemon_->wait_windows(2));
+  std::string raw;
+  ASSERT_EQ(run_command({STALLWATCH_BIN, "explain", "--db", daemon_->db_path(), "--since", "1h",
+                         "--per-process", "--json"},
+                        &raw, 30s),
+            0)
+      << raw;
+  const Json doc = Json::parse(raw, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << raw;
+  const Json* grower = nullptr;
+  const Json* steady = nullptr;
+  for (const auto& p : doc["processes"]) {
+    if (p["pid"] == grow_pid && p["cgroup"] == grow_cg.label()) grower = &p;
+    if (p["pid"] == flat_pid && p["cgroup"] == flat_cg.label()) steady = &p;
+  }
+  ASSERT_NE(grower, nullptr) << raw;
+  ASSERT_NE(steady, nullptr) << raw;
+  ASSERT_TRUE(grower->contains("memory")) << grower->dump();
+  const Json& gm = (*grower)["memory"];
+  // 240 MiB in all; what it allocated after the last window it was seen alive in is in the
+  // workload's counters, not in a per-process row.
+  EXPECT_GE(gm["allocated_bytes"].get<double>(), 230 * kMiB);
+  EXPECT_LE(gm["allocated_bytes"].get<double>(), 240 * kMiB);
+  EXPECT_EQ(gm["freed_bytes"], 0);
+  ASSERT_TRUE(gm.contains("memory_growth")) << gm.dump();
+  const double rate = gm["memory_growth"]["bytes_per_s"].get<double>();
+  std::cout << "memory_growth: " << gm["memory_growth"].dump() << "\n";
+  EXPECT_GT(rate, 7 * kMiB) << "2 MiB every 200 ms and a little more: 10 MiB/s at most";
+  EXPECT_LT(rate, 10.5 * kMiB);
+  ASSERT_TRUE(steady->contains("memory")) << steady->dump();
+  const double peak = (*steady)["memory"]["peak_bytes"].get<double>();
+  EXPECT_GE(peak, 128 * kMiB);
+  EXPECT_LE(peak, 130 * kMiB) << "128 MiB + at most one 2 MiB pair in flight";
+  EXPECT_FALSE((*steady)["memory"].contains("memory_growth")) << steady->dump();
+}
+
 }  // namespace
 }  // namespace stallwatch::test
 

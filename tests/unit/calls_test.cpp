@@ -59,7 +59,7 @@ TEST(ApiOfLibraryTest, NearMisses) {
 
 TEST(AllCallsTest, TableShape) {
   const auto calls = all_calls();
-  ASSERT_EQ(calls.size(), 47u);
+  ASSERT_EQ(calls.size(), 72u);
   std::size_t runtime = 0, driver = 0, nccl = 0;
   std::set<std::string_view> names;
   for (const CallInfo& c : calls) {
@@ -80,10 +80,33 @@ TEST(AllCallsTest, TableShape) {
       EXPECT_EQ(c.nccl.kind, NcclKind::kNone) << c.name;
     }
   }
-  EXPECT_EQ(runtime, 13u);
-  EXPECT_EQ(driver, 12u);
+  EXPECT_EQ(runtime, 24u);
+  EXPECT_EQ(driver, 26u);
   EXPECT_EQ(nccl, 22u);
-  EXPECT_EQ(names.size(), 47u);
+  EXPECT_EQ(names.size(), 72u);
+}
+
+// What cuda.bpf.c reads of a memory call: argument positions (cuda_runtime_api.h, cuda.h),
+// the handle flag and the op, in the cookie's bits 32-47; where the memory lives.
+TEST(MemArgsTest, CookiesOfTheRealSignatures) {
+  auto cookie = [](std::string_view name) { return cookie_of(id_of(name)) >> 32; };
+  // cudaMalloc(void **devPtr, size_t size): out 1, size 2, op kAlloc (1).
+  EXPECT_EQ(cookie("cudaMalloc"), 0x1u << 12 | 2u << 4 | 1u);
+  // cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, ...): a handle (bit 8).
+  EXPECT_EQ(cookie("cuMemCreate"), 0x1u << 12 | 1u << 8 | 2u << 4 | 1u);
+  // cuMemRelease(handle) frees by handle; cudaFree(ptr) by address: op kFree (4), pointer 1.
+  EXPECT_EQ(cookie("cuMemRelease"), 0x4u << 12 | 1u << 8 | 1u);
+  EXPECT_EQ(cookie("cudaFree"), 0x4u << 12 | 1u);
+  EXPECT_EQ(cookie("cudaMallocPitch"), 0x2u << 12);
+  EXPECT_EQ(cookie("cudaMalloc3D"), 0x3u << 12);
+  EXPECT_EQ(cookie("cudaStreamSynchronize"), 0u);
+  EXPECT_TRUE(is_allocating_call(id_of("cuMemAllocHost_v2")));
+  EXPECT_FALSE(is_allocating_call(id_of("cuMemFreeHost")));
+  EXPECT_EQ(mem_kind(id_of("cudaHostAlloc")), MemKind::kHost);
+  EXPECT_EQ(mem_kind(id_of("cuMemAllocManaged")), MemKind::kManaged);
+  EXPECT_EQ(mem_kind(id_of("cudaMallocAsync")), MemKind::kDevice);
+  EXPECT_EQ(call_class(id_of("cudaGraphInstantiateWithFlags")), CallClass::kGraphBuild);
+  EXPECT_EQ(call_class(id_of("cudaGraphLaunch")), CallClass::kOther);
 }
 
 // Argument positions are facts of nccl.h (x86-64: six in registers, the seventh on the stack).
@@ -120,7 +143,7 @@ TEST(NcclArgsTest, CookieCarriesIdPositionsAndKind) {
   EXPECT_EQ((c >> 36) & 0xf, 4u);
   EXPECT_EQ((c >> 40) & 0xf, 7u);
   EXPECT_EQ((c >> 44) & 0xf, static_cast<unsigned>(NcclKind::kOp));
-  EXPECT_EQ(cookie_of(id_of("cudaMalloc")), id_of("cudaMalloc"));  // CUDA: the id alone
+  EXPECT_EQ(cookie_of(id_of("cudaLaunchKernel")), id_of("cudaLaunchKernel"));  // the id alone
 }
 
 // The classes the chain rules read: exactly these calls, none other.
@@ -129,7 +152,16 @@ TEST(AllCallsTest, ClassesOfTheRules) {
       {CallClass::kSync,
        {"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
         "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"}},
-      {CallClass::kAlloc, {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cuMemAlloc_v2"}},
+      {CallClass::kAlloc,
+       {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cuMemAlloc_v2", "cudaMallocHost",
+        "cudaHostAlloc", "cudaMallocPitch", "cudaMalloc3D", "cuMemAllocManaged",
+        "cuMemAllocAsync", "cuMemAllocHost_v2", "cuMemHostAlloc", "cuMemAllocPitch_v2",
+        "cuMemCreate"}},
+      {CallClass::kGraphBuild,
+       {"cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate",
+        "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams", "cudaGraphExecUpdate",
+        "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+        "cuGraphInstantiateWithParams", "cuGraphExecUpdate_v2"}},
       {CallClass::kCopy,
        {"cudaMemcpy", "cudaMemcpyAsync", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyHtoD_v2",
         "cuMemcpyDtoH_v2"}},

@@ -2,6 +2,7 @@
 // and multiple statements refused with exit 2, clear errors for a missing database and bad SQL.
 // QueryTest.* call query_main directly; QueryBinaryTest.* run the real binary (STALLWATCH_BIN).
 #include "cli/query.h"
+#include "store/schema.h"
 
 #include <algorithm>
 #include <fcntl.h>
@@ -174,7 +175,7 @@ TEST_F(QueryTest, ReadingStatementsRun) {
   EXPECT_EQ(run_query({"--db", db_, "PRAGMA table_info(windows)"}).code, 0);
   Outcome o = run_query({"--db", db_, "--format", "csv", "PRAGMA user_version"});
   EXPECT_EQ(o.code, 0) << o.err;
-  EXPECT_EQ(o.out, "user_version\r\n5\r\n");
+  EXPECT_EQ(o.out, "user_version\r\n" + std::to_string(store::kSchemaVersion) + "\r\n");
   o = run_query({"--db", db_, "--format", "csv", "  -- comment\n SELECT 7 AS n; -- trailing\n;"});
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.out, "n\r\n7\r\n");

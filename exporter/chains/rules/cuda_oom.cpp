@@ -72,10 +72,11 @@ class CudaOom : public Rule {
                std::vector<Finding>& out) override {
     const MemoryWindow& m = p.memory;
     if (m.failures == 0) return;
+    seen_[{p.cgroup, p.pid}] += m.failures;
     Finding f;
     f.chain = ctx.base_chain(kind(), p);
-    auto t = p.calls.find(m.failed_call);
-    if (t != p.calls.end()) set_call(f.chain, stat_of(m.failed_call, t->second), nullptr);
+    f.chain.call = std::string(call_name(m.failed_call));
+    f.chain.api = std::string(trace::api_name(trace::all_calls()[m.failed_call].api));
     fill(ctx, p.cgroup,
          Failure{p.pid, p.comm, m.failed_call, m.failures, m.failed_bytes, m.live_total(), false},
          f);
@@ -89,19 +90,27 @@ class CudaOom : public Rule {
     auto sit = ctx.snap.series.find(sw.cgroup);
     if (sit == ctx.snap.series.end()) return;
     for (const auto& e : sit->second.exited_alloc_failures) {
+      // Those a window saw while the process lived were reported then.
+      auto seen = seen_.find({sw.cgroup, e.pid});
+      const std::uint64_t known = seen == seen_.end() ? 0 : seen->second;
+      if (e.failures <= known) continue;
       Finding f;
       f.chain = ctx.base_chain(kind(), sw.cgroup);
       f.chain.pid = e.pid;
       f.chain.comm = e.comm;
       f.chain.call = std::string(call_name(e.call_id));
       f.chain.api = std::string(trace::api_name(trace::all_calls()[e.call_id].api));
-      fill(ctx, sw.cgroup, Failure{e.pid, e.comm, e.call_id, e.failures, e.failed_bytes, 0, true},
-           f);
+      fill(ctx, sw.cgroup,
+           Failure{e.pid, e.comm, e.call_id, e.failures - known, e.failed_bytes, 0, true}, f);
       out.push_back(std::move(f));
     }
   }
 
+  void forget(const std::string& cgroup, int pid) override { seen_.erase({cgroup, pid}); }
+
  private:
+  std::map<std::pair<std::string, int>, std::uint64_t> seen_;  // failures reported, live
+
   void fill(const WindowContext& ctx, const std::string& cgroup, const Failure& m, Finding& f) {
     auto sit = ctx.snap.series.find(cgroup);
     const std::vector<Holder> holders =
@@ -139,8 +148,9 @@ class CudaOom : public Rule {
       h.comm = holders[i].comm;
       h.pid = holders[i].pid;
       h.cgroup = cgroup;
-      h.role = holders[i].pid == p.pid ? "memory holder, same process" : "memory holder";
-      h.count = holders[i].bytes;  // bytes held
+      h.role = std::string(holders[i].pid == p.pid ? "memory holder, same process, "
+                                                   : "memory holder, ") +
+               human_bytes(static_cast<double>(holders[i].bytes)) + " held";
       c.contributors.push_back(std::move(h));
     }
     c.evidence = {{"failures", static_cast<double>(m.failures)},

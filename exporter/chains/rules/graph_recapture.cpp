@@ -23,11 +23,11 @@ struct Thresholds {
   double min_share = 0.05;     // costing at least this share of the process's CUDA time
 };
 
-// A build: the captures' ends, the instantiations and the updates (a capture's begin is the
-// same build as its end).
+// A build is an instantiation or an update of an executable graph; a capture's begin and end
+// are timed with it but not counted again.
 bool counts_as_build(std::uint32_t id) {
   const std::string_view n = call_name(id);
-  return n != "cudaStreamBeginCapture" && n != "cuStreamBeginCapture_v2";
+  return n.find("Instantiate") != std::string_view::npos || n.find("ExecUpdate") != n.npos;
 }
 
 std::string advise() {
@@ -49,8 +49,18 @@ class GraphRecapture : public Rule {
 
   void process(const WindowContext& ctx, const ProcessWindow& p,
                std::vector<Finding>& out) override {
+    // One api's calls: the runtime's when the process makes any (each runtime call reaches the
+    // driver underneath, which would count it twice), else the driver's. NCCL ops are left out
+    // for the same reason.
+    bool runtime = false;
+    for (const auto& [id, t] : p.calls) {
+      runtime |= id < trace::all_calls().size() && trace::all_calls()[id].api == trace::Api::kRuntime;
+    }
+    const trace::Api scope = runtime ? trace::Api::kRuntime : trace::Api::kDriver;
     Window w;
     for (const auto& [id, t] : p.calls) {
+      if (id >= trace::all_calls().size() || trace::all_calls()[id].api != scope) continue;
+      w.cuda_ns += t.sum_ns;
       if (trace::call_class(id) != trace::CallClass::kGraphBuild) continue;
       w.build_ns += t.sum_ns;
       if (counts_as_build(id)) w.builds += t.count;
@@ -59,7 +69,6 @@ class GraphRecapture : public Rule {
         w.top_ns = t.sum_ns;
       }
     }
-    w.cuda_ns = p.cuda_ns();
     auto key = std::make_pair(p.cgroup, p.pid);
     auto it = state_.find(key);
     if (it == state_.end()) {
@@ -99,11 +108,12 @@ class GraphRecapture : public Rule {
     c.severity = kind_info(kind()).cutoffs.of(cost);
     auto t = p.calls.find(top);
     if (t != p.calls.end()) set_call(c, stat_of(top, t->second), nullptr);
-    c.root_cause = who + " built CUDA graphs " + thousands(builds) + " times in the last " +
-                   human_seconds(span) + " (captures, instantiations and updates in " +
+    c.root_cause = who + " instantiated or updated CUDA graphs " + thousands(builds) +
+                   " times in the last " + human_seconds(span) + " (in " +
                    std::to_string(with_builds) + " of " + std::to_string(st.recent.size()) +
-                   " windows, after warm-up); building took " + human_ns(build_ns) + ", " +
-                   percent(cost) + " of its CUDA time";
+                   " windows, after warm-up); capturing and building them took " +
+                   human_ns(build_ns) + ", " + percent(cost) + " of its CUDA " +
+                   (scope == trace::Api::kRuntime ? "runtime" : "driver") + " call time";
     c.effect = "every rebuild runs on the host while the GPU waits, and replaces the launch the "
                "graph was meant to make cheap";
     c.summary = summary_of(c, std::string(call_name(top)) + " again and again in " + who + ": " +
