@@ -153,6 +153,8 @@ Scenario periodic_spike() {
   auto step = [pid](SyntheticHost& h, std::int64_t w, bool spike) {
     train(h, pid, w, calm());
     h.calls(pid, {"cudaMalloc", 6, 15000, spike ? 40000000u : 0u, spike ? 1.0 / 6 : 0, 0, 0.8});
+    // Five small blocks returned and taken again; a spike window's sixth is a 2 GiB segment.
+    h.memory(pid, "cudaMalloc", (5 << 20) + (spike ? (2ULL << 30) : (1 << 20)), 6 << 20);
   };
   s.phases.push_back({"python3 trains; cudaMalloc takes ~15µs", 3,
                       [=](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {

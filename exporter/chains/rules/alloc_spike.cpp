@@ -96,6 +96,15 @@ class AllocSpike : public Rule {
                       " spikes): the allocator is growing or releasing its pool";
       c.effect = human_seconds(secs(t.sum_ns)) + " spent allocating in the latest spike window (" +
                  percent(time_share) + " of it); the GPU idles while the allocation blocks";
+      if (t.alloc_bytes > 0) {
+        // What was asked for: "cudaMalloc of 2 GiB, 14 times in 10s".
+        c.effect += "; " + std::string(st.name) + " of " +
+                    human_bytes(static_cast<double>(t.alloc_bytes) / static_cast<double>(t.count)) +
+                    " on average, " + thousands(t.count) + " times in " +
+                    human_seconds(window / 1e9) + " (" +
+                    human_bytes(static_cast<double>(t.alloc_bytes)) + ")";
+        c.evidence.emplace_back("alloc_bytes", static_cast<double>(t.alloc_bytes));
+      }
       c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
                                     ") spikes " + times(ratio) + " every " + human_seconds(period));
       c.recommendation = advise();
