@@ -145,6 +145,34 @@ MetricsEncoderOptions options(Temporality t, HistogramFormat h = HistogramFormat
 
 const metrics::BuildInfo kBuild{"9.9.9", "abc"};
 
+// GPU memory (issue #20): byte counters and the live gauge with the OTel unit "By".
+TEST(OtlpMetricsTest, GpuMemoryInBytes) {
+  Snapshot snap = snapshot(1, 100, 3 * kS);
+  CallTotals& m = snap.series["/"].calls[call_id("cudaMalloc")];
+  m.alloc_bytes = 3u << 20;
+  m.freed_bytes = 1u << 20;
+  m.alloc_failures = 2;
+  snap.series["/"].processes.push_back(ProcessCall{42, call_id("cudaMalloc"), m});
+  MetricsEncoder enc(options(Temporality::kCumulative));
+  const auto points = flatten(enc.encode(snap, kBuild));
+  auto alloc = select(points, "stallwatch.cuda.memory.allocated", {{"call", "cudaMalloc"}});
+  ASSERT_EQ(alloc.size(), 1u);
+  EXPECT_EQ(alloc[0].unit, "By");
+  EXPECT_TRUE(alloc[0].monotonic);
+  EXPECT_DOUBLE_EQ(one(alloc[0].point, 4).as_double(), 3.0 * (1 << 20));
+  auto freed = select(points, "stallwatch.cuda.memory.freed", {{"call", "cudaMalloc"}});
+  ASSERT_EQ(freed.size(), 1u);
+  EXPECT_DOUBLE_EQ(one(freed[0].point, 4).as_double(), 1.0 * (1 << 20));
+  auto live = select(points, "stallwatch.cuda.memory.live", {{"kind", "device"}});
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].unit, "By");
+  EXPECT_EQ(live[0].data, 5u);  // a gauge
+  EXPECT_DOUBLE_EQ(one(live[0].point, 4).as_double(), 2.0 * (1 << 20));
+  auto failures = select(points, "stallwatch.cuda.memory.alloc_failures", {{"call", "cudaMalloc"}});
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_DOUBLE_EQ(one(failures[0].point, 4).as_double(), 2.0);
+}
+
 TEST(OtlpMetricsTest, CumulativeNamesUnitsResourcesAndBuckets) {
   MetricsEncoder enc(options(Temporality::kCumulative));
   const auto points = flatten(enc.encode(snapshot(1, 100, 3 * kS), kBuild));
