@@ -168,7 +168,7 @@ TEST(OtlpMetricsTest, GpuMemoryInBytes) {
   EXPECT_EQ(live[0].unit, "By");
   EXPECT_EQ(live[0].data, 5u);  // a gauge
   EXPECT_DOUBLE_EQ(one(live[0].point, 4).as_double(), 2.0 * (1 << 20));
-  auto failures = select(points, "stallwatch.cuda.memory.alloc_failures", {{"call", "cudaMalloc"}});
+  auto failures = select(points, "stallwatch.cuda.memory.alloc.failures", {{"call", "cudaMalloc"}});
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_DOUBLE_EQ(one(failures[0].point, 4).as_double(), 2.0);
 }
