@@ -587,7 +587,7 @@ std::vector<ChainPlan> plan_chains(const std::vector<Load::Proc>& procs, int win
     for (int j = 0; j < 5; j++) {
       c.contributors.push_back(sw::chains::Contributor{
           j ? "node_exporter" : "kworker/u16:2", 900 + j, j ? "/system.slice/node-exporter.service" : "/",
-          "preemptor", static_cast<std::uint64_t>(80e6 / (j + 1)), static_cast<std::uint64_t>(900 / (j + 1))});
+          "preemptor", static_cast<std::uint64_t>(80e6 / (j + 1)), static_cast<std::uint64_t>(900 / (j + 1)), ""});
     }
     c.evidence = {{"runnable_share", 0.31}, {"thread_runnable_share", 0.27},
                   {"window_runnable_s", 1.55}, {"preemptions", 3000}};

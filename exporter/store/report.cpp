@@ -332,6 +332,46 @@ struct ProcAgg {
 // Everything --per-process reads, aggregated per (cgroup, pid) in one pass over each table.
 // Call histograms are merged bucket by bucket, so p50/p99 are true quantiles of the period,
 // not averages of the windows' quantiles.
+// The part of the period that whole rollup buckets cover (schema 7): [first, end) of bucket
+// starts, empty when none. A bucket counts when it lies inside the period, the writer rolled up
+// all its windows (rollup_meta) and no window of it has been pruned (the oldest window's bucket
+// may have lost some).
+struct RollupRange {
+  std::int64_t first = 0, end = 0;
+  bool empty() const { return end <= first; }
+};
+
+Result<RollupRange> rollup_range(sqlite3* db, const ReportQuery& q) {
+  RollupRange out;
+  if (!q.rollups) return out;
+  auto st = Stmt::prepare(db, "SELECT (SELECT since_ns FROM rollup_meta), "
+                              "(SELECT min(ts_ns) FROM windows)");
+  if (!st) return st.error();
+  if (st->step() != SQLITE_ROW) return make_error(db_error(db));
+  if (st->is_null(0) || st->is_null(1)) return out;
+  const std::int64_t start = q.now_ns - q.since_ns;  // the period is (start, now]
+  auto ceil_to = [](std::int64_t v) {
+    const std::int64_t b = v / kRollupNs * kRollupNs;
+    return b < v ? b + kRollupNs : b;
+  };
+  const std::int64_t oldest = st->int64(1);
+  out.first = std::max({st->int64(0), ceil_to(start), (oldest - 1) / kRollupNs * kRollupNs + kRollupNs});
+  out.end = q.now_ns / kRollupNs * kRollupNs;  // B < end ⟺ B + kRollupNs <= now
+  return out;
+}
+
+// (a, b] as a query of the same filter.
+ReportQuery slice(const ReportQuery& q, std::int64_t a, std::int64_t b) {
+  ReportQuery s = q;
+  s.now_ns = b;
+  s.since_ns = b - a;
+  return s;
+}
+
+// Everything --per-process reads, aggregated per (cgroup, pid) in one pass over each table.
+// Call histograms are merged bucket by bucket, so p50/p99 are true quantiles of the period,
+// not averages of the windows' quantiles. Whole 5-minute buckets inside the period come from the
+// rollups (schema 7), the edges from the windows: the same sums with ~60x fewer rows.
 Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& filter,
                           std::vector<ProcessStats>& out) {
   Interner cgroups, names;
@@ -339,41 +379,98 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
   auto proc = [&](const Stmt& st, int cgroup_col, int pid_col) -> ProcAgg& {
     return procs[proc_key(cgroups.id(column_view(st, cgroup_col)), st.int64(pid_col))];
   };
-  auto r =
-      each_row(db,
-               "SELECT p.cgroup, p.pid, p.runnable_ns, p.blocked_ns, p.preemptions, w.window_ns, "
-               "p.oncpu_ns "
-               "FROM process_windows p LEFT JOIN windows w ON w.ts_ns = p.ts_ns "
-               "WHERE p.ts_ns > ?1 AND p.ts_ns <= ?2" +
-                   cgroup_clause("p.cgroup"),
-               q, filter, [&](const Stmt& st) {
-                 ProcessStats& p = proc(st, 0, 1).stats;
-                 p.runnable_ns += u64(st, 2);
-                 p.blocked_ns += u64(st, 3);
-                 p.preemptions += u64(st, 4);
-                 p.wall_ns += u64(st, 5);
-                 p.oncpu_ns += u64(st, 6);
-               });
-  if (!r) return r.error();
-  r = each_row(db,
-               "SELECT cgroup, pid, call, api, count, max_ns, buckets FROM call_windows "
-               "WHERE ts_ns > ?1 AND ts_ns <= ?2" +
-                   cgroup_clause("cgroup"),
-               q, filter, [&](const Stmt& st) {
-                 ProcAgg& p = proc(st, 0, 1);
-                 const std::uint32_t call = names.id(column_view(st, 2));
-                 auto it = std::find_if(p.calls.begin(), p.calls.end(),
-                                        [&](const CallAgg& c) { return c.call == call; });
-                 if (it == p.calls.end()) {
-                   p.calls.push_back(CallAgg{call, st.text(3), 0, 0, {}});
-                   it = p.calls.end() - 1;
-                 }
-                 it->count += u64(st, 4);
-                 it->max_ns = std::max(it->max_ns, u64(st, 5));
-                 const auto b = decode_buckets(st.blob(6));
-                 for (size_t k = 0; k < b.size(); k++) it->buckets[k] += b[k];
-               });
-  if (!r) return r.error();
+  auto range = rollup_range(db, q);
+  if (!range) return range.error();
+  // The raw parts of the period, and the rollup buckets as the (a, b] the statements take.
+  std::vector<ReportQuery> raw, rolled;
+  const std::int64_t start = q.now_ns - q.since_ns;
+  if (range->empty()) {
+    raw.push_back(q);
+  } else {
+    if (range->first > start) raw.push_back(slice(q, start, range->first));
+    if (q.now_ns > range->end) raw.push_back(slice(q, range->end, q.now_ns));
+    rolled.push_back(slice(q, range->first - 1, range->end - 1));  // first <= B < end
+  }
+  auto process_row = [&](const Stmt& st) {
+    ProcessStats& p = proc(st, 0, 1).stats;
+    p.runnable_ns += u64(st, 2);
+    p.blocked_ns += u64(st, 3);
+    p.preemptions += u64(st, 4);
+    p.wall_ns += u64(st, 5);
+    p.oncpu_ns += u64(st, 6);
+  };
+  auto call_row = [&](const Stmt& st) {
+    ProcAgg& p = proc(st, 0, 1);
+    const std::uint32_t call = names.id(column_view(st, 2));
+    auto it = std::find_if(p.calls.begin(), p.calls.end(),
+                           [&](const CallAgg& c) { return c.call == call; });
+    if (it == p.calls.end()) {
+      p.calls.push_back(CallAgg{call, st.text(3), 0, 0, {}});
+      it = p.calls.end() - 1;
+    }
+    it->count += u64(st, 4);
+    it->max_ns = std::max(it->max_ns, u64(st, 5));
+    const auto b = decode_buckets(st.blob(6));
+    for (size_t k = 0; k < b.size(); k++) it->buckets[k] += b[k];
+  };
+  auto preemptor_row = [&](const Stmt& st) {
+    ProcAgg& p = proc(st, 0, 1);
+    const std::int64_t pid = st.int64(2);
+    const std::uint32_t comm = names.id(column_view(st, 3));
+    const std::uint32_t cg = cgroups.id(column_view(st, 4));
+    auto it = std::find_if(p.preemptors.begin(), p.preemptors.end(), [&](const PreemptorAgg& a) {
+      return a.pid == pid && a.comm == comm && a.cgroup == cg;
+    });
+    if (it == p.preemptors.end()) {
+      p.preemptors.push_back(PreemptorAgg{pid, comm, cg, 0, 0});
+      it = p.preemptors.end() - 1;
+    }
+    it->cpu_ns += u64(st, 5);
+    it->count += u64(st, 6);
+  };
+  Result<Ok> r = Ok{};
+  for (const auto& part : raw) {
+    r = each_row(db,
+                 "SELECT p.cgroup, p.pid, p.runnable_ns, p.blocked_ns, p.preemptions, "
+                 "w.window_ns, p.oncpu_ns "
+                 "FROM process_windows p LEFT JOIN windows w ON w.ts_ns = p.ts_ns "
+                 "WHERE p.ts_ns > ?1 AND p.ts_ns <= ?2" +
+                     cgroup_clause("p.cgroup"),
+                 part, filter, process_row);
+    if (!r) return r.error();
+    r = each_row(db,
+                 "SELECT cgroup, pid, call, api, count, max_ns, buckets FROM call_windows "
+                 "WHERE ts_ns > ?1 AND ts_ns <= ?2" +
+                     cgroup_clause("cgroup"),
+                 part, filter, call_row);
+    if (!r) return r.error();
+    r = each_row(db,
+                 "SELECT cgroup, victim_pid, pid, comm, preemptor_cgroup, runnable_ns, count "
+                 "FROM preemptor_windows WHERE ts_ns > ?1 AND ts_ns <= ?2" +
+                     cgroup_clause("cgroup"),
+                 part, filter, preemptor_row);
+    if (!r) return r.error();
+  }
+  for (const auto& part : rolled) {
+    r = each_row(db,
+                 "SELECT cgroup, pid, runnable_ns, blocked_ns, preemptions, wall_ns, oncpu_ns "
+                 "FROM process_rollups WHERE bucket_ns > ?1 AND bucket_ns <= ?2" +
+                     cgroup_clause("cgroup"),
+                 part, filter, process_row);
+    if (!r) return r.error();
+    r = each_row(db,
+                 "SELECT cgroup, pid, call, api, count, max_ns, buckets FROM call_rollups "
+                 "WHERE bucket_ns > ?1 AND bucket_ns <= ?2" +
+                     cgroup_clause("cgroup"),
+                 part, filter, call_row);
+    if (!r) return r.error();
+    r = each_row(db,
+                 "SELECT cgroup, victim_pid, pid, comm, preemptor_cgroup, runnable_ns, count "
+                 "FROM preemptor_rollups WHERE bucket_ns > ?1 AND bucket_ns <= ?2" +
+                     cgroup_clause("cgroup"),
+                 part, filter, preemptor_row);
+    if (!r) return r.error();
+  }
   r = each_row(
       db,
       "SELECT cgroup, pid, max(duration_ns) FROM outliers WHERE ts_ns > ?1 AND ts_ns <= ?2" +
@@ -389,27 +486,6 @@ Result<Ok> load_processes(sqlite3* db, const ReportQuery& q, const std::string& 
           agg.stats.worst_stall_ns = std::max(agg.stats.worst_stall_ns, u64(st, 2));
         }
       });
-  if (!r) return r.error();
-  r = each_row(db,
-               "SELECT cgroup, victim_pid, pid, comm, preemptor_cgroup, runnable_ns, count "
-               "FROM preemptor_windows WHERE ts_ns > ?1 AND ts_ns <= ?2" +
-                   cgroup_clause("cgroup"),
-               q, filter, [&](const Stmt& st) {
-                 ProcAgg& p = proc(st, 0, 1);
-                 const std::int64_t pid = st.int64(2);
-                 const std::uint32_t comm = names.id(column_view(st, 3));
-                 const std::uint32_t cg = cgroups.id(column_view(st, 4));
-                 auto it = std::find_if(p.preemptors.begin(), p.preemptors.end(),
-                                        [&](const PreemptorAgg& a) {
-                                          return a.pid == pid && a.comm == comm && a.cgroup == cg;
-                                        });
-                 if (it == p.preemptors.end()) {
-                   p.preemptors.push_back(PreemptorAgg{pid, comm, cg, 0, 0});
-                   it = p.preemptors.end() - 1;
-                 }
-                 it->cpu_ns += u64(st, 5);
-                 it->count += u64(st, 6);
-               });
   if (!r) return r.error();
 
   // GPU memory (schema 6).

@@ -56,6 +56,9 @@ struct ReportQuery {
   std::int64_t since_ns = 0;  // length of the period: it is (now_ns - since_ns, now_ns]
   std::string cgroup;         // "" or "/": everything; else this cgroup and its descendants
   bool per_process = false;
+  // --per-process reads whole 5-minute buckets from the rollups (schema 7); false: every
+  // window row (the tests compare the two).
+  bool rollups = true;
 };
 
 // The windows table over the period. Averages skip windows where the value is unknown.

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "store/schema.h"
 #include "store/writer.h"
 
 namespace stallwatch::store {
@@ -18,6 +19,24 @@ namespace {
 constexpr std::array<const char*, 7> kWindowTables = {
     "call_windows",     "process_windows", "preemptor_windows", "outliers",
     "inflight_windows", "memory_windows",  "windows"};
+
+// The rollup tables (schema 7): a bucket goes once every window in it has gone (a bucket B
+// holds the windows that end in (B, B + kRollupNs]).
+constexpr std::array<const char*, 3> kRollupTables = {"call_rollups", "process_rollups",
+                                                      "preemptor_rollups"};
+
+// DELETE statements of every window-keyed table, ?1 the cutoff: rows before it go.
+std::vector<std::string> window_deletes() {
+  std::vector<std::string> sqls;
+  for (const char* table : kWindowTables) {
+    sqls.push_back(std::string("DELETE FROM ") + table + " WHERE ts_ns < ?1");
+  }
+  for (const char* table : kRollupTables) {
+    sqls.push_back(std::string("DELETE FROM ") + table + " WHERE bucket_ns < ?1 - " +
+                   std::to_string(kRollupNs));
+  }
+  return sqls;
+}
 
 Result<std::int64_t> pragma_int(sqlite3* db, const char* pragma) {
   auto st = Stmt::prepare(db, std::string("PRAGMA ") + pragma);
@@ -101,10 +120,7 @@ void apply_page_limit(sqlite3* db, std::uint64_t max_bytes) {
 }
 
 Result<Ok> prune_by_age(sqlite3* db, std::int64_t cutoff_ns, std::uint64_t& rows) {
-  std::vector<std::string> sqls;
-  for (const char* table : kWindowTables) {
-    sqls.push_back(std::string("DELETE FROM ") + table + " WHERE ts_ns < ?1");
-  }
+  std::vector<std::string> sqls = window_deletes();
   sqls.emplace_back("DELETE FROM chains WHERE open = 0 AND closed_ns < ?1");
   sqls.emplace_back("DELETE FROM processes WHERE last_seen_ns < ?1");
   sqls.emplace_back("DELETE FROM cgroups WHERE last_seen_ns < ?1");
@@ -143,16 +159,14 @@ Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max
       std::string any = "SELECT 1 WHERE 0";
       for (const char* table : kWindowTables)
         any += std::string(" OR EXISTS(SELECT 1 FROM ") + table + ")";
+      for (const char* table : kRollupTables)
+        any += std::string(" OR EXISTS(SELECT 1 FROM ") + table + ")";
       auto rest = query_int(db, any);
       if (!rest) return rest.error();
       if (*rest == 1) boundary = std::numeric_limits<std::int64_t>::max();
     }
     if (boundary >= 0) {
-      std::vector<std::string> sqls;
-      for (const char* table : kWindowTables) {
-        sqls.push_back(std::string("DELETE FROM ") + table + " WHERE ts_ns < ?1");
-      }
-      if (auto r = delete_in_transaction(db, sqls, boundary, rows); !r) return r;
+      if (auto r = delete_in_transaction(db, window_deletes(), boundary, rows); !r) return r;
       continue;
     }
     // Only chains (and the cgroups and processes tables) are left: the oldest closed chains go.

@@ -4,6 +4,8 @@
 // Also the compact encoding of histogram buckets stored in call_windows.buckets.
 #pragma once
 
+#include <cstdint>
+
 #include <sqlite3.h>
 
 #include <string>
@@ -13,7 +15,9 @@
 
 namespace stallwatch::store {
 
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
+// Length of a rollup bucket (schema 7): call_rollups, process_rollups, preemptor_rollups.
+inline constexpr std::int64_t kRollupNs = 300'000'000'000;
 
 // 0 for an empty database.
 Result<int> schema_version(sqlite3* db);

@@ -59,6 +59,48 @@ constexpr const char* kMemorySql =
     "INSERT INTO memory_windows(ts_ns, cgroup, pid, allocated, freed, failures, live_device, "
     "live_managed, live_host) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
+// Rollups (schema 7): the window's numbers added to its 5-minute bucket.
+constexpr const char* kCallRollupSql =
+    "INSERT INTO call_rollups(bucket_ns, cgroup, pid, call, api, count, max_ns, buckets) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(bucket_ns, cgroup, pid, call) DO UPDATE "
+    "SET count = count + excluded.count, max_ns = max(max_ns, excluded.max_ns), "
+    "buckets = sw_add_buckets(buckets, excluded.buckets)";
+
+constexpr const char* kProcessRollupSql =
+    "INSERT INTO process_rollups(bucket_ns, cgroup, pid, runnable_ns, blocked_ns, oncpu_ns, "
+    "preemptions, wall_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    "ON CONFLICT(bucket_ns, cgroup, pid) DO UPDATE SET "
+    "runnable_ns = runnable_ns + excluded.runnable_ns, "
+    "blocked_ns = blocked_ns + excluded.blocked_ns, oncpu_ns = oncpu_ns + excluded.oncpu_ns, "
+    "preemptions = preemptions + excluded.preemptions, wall_ns = wall_ns + excluded.wall_ns";
+
+constexpr const char* kPreemptorRollupSql =
+    "INSERT INTO preemptor_rollups(bucket_ns, cgroup, victim_pid, pid, comm, preemptor_cgroup, "
+    "runnable_ns, count) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) "
+    "ON CONFLICT(bucket_ns, cgroup, victim_pid, pid, comm, preemptor_cgroup) DO UPDATE SET "
+    "runnable_ns = runnable_ns + excluded.runnable_ns, count = count + excluded.count";
+
+// The first rollup written to a database without windows makes its bucket the first complete
+// one.
+constexpr const char* kRollupStartSql =
+    "UPDATE rollup_meta SET since_ns = ?1 WHERE since_ns IS NULL";
+
+// sw_add_buckets(a, b): the bucket-wise sum of two encoded histograms (schema.h encoding).
+void add_buckets_fn(sqlite3_context* ctx, int argc, sqlite3_value** argv) {
+  trace::KernelBuckets sum{};
+  for (int i = 0; i < argc; i++) {
+    const auto* p = static_cast<const char*>(sqlite3_value_blob(argv[i]));
+    const int n = sqlite3_value_bytes(argv[i]);
+    if (!p || n <= 0) continue;
+    const auto b = decode_buckets(std::string(p, static_cast<size_t>(n)));
+    for (size_t k = 0; k < sum.size(); k++) sum[k] += b[k];
+  }
+  const std::string out = encode_buckets(sum);
+  sqlite3_result_blob(ctx, out.data(), static_cast<int>(out.size()), SQLITE_TRANSIENT);
+}
+
+std::int64_t bucket_of(std::int64_t ts) { return (ts - 1) / kRollupNs * kRollupNs; }
+
 constexpr const char* kOutlierSql =
     "INSERT INTO outliers(ts_ns, cgroup, pid, tid, comm, call, api, duration_ns, runnable_ns, "
     "blocked_ns, preemptions) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
@@ -129,12 +171,20 @@ std::string evidence_json(const std::vector<std::pair<std::string, double>>& evi
 Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
   BatchWriter w;
   w.db_ = db;
+  if (int rc = sqlite3_create_function_v2(db, "sw_add_buckets", 2,
+                                          SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr,
+                                          add_buckets_fn, nullptr, nullptr, nullptr);
+      rc != SQLITE_OK) {
+    return make_error(db_error(db), rc);
+  }
   const std::pair<Stmt*, const char*> all[] = {
       {&w.windows_, kWindowSql},          {&w.cgroups_, kCgroupSql},
       {&w.processes_, kProcessSql},       {&w.process_windows_, kProcessWindowSql},
       {&w.call_windows_, kCallWindowSql}, {&w.preemptors_, kPreemptorSql},
       {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
       {&w.inflight_, kInflightSql},       {&w.memory_, kMemorySql},
+      {&w.call_rollups_, kCallRollupSql}, {&w.process_rollups_, kProcessRollupSql},
+      {&w.preemptor_rollups_, kPreemptorRollupSql}, {&w.rollup_start_, kRollupStartSql},
   };
   for (const auto& [stmt, sql] : all) {
     auto st = Stmt::prepare(db, sql);
@@ -203,6 +253,11 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
   }
 
   const auto calls = trace::all_calls();
+  const std::int64_t bucket = bucket_of(ts);
+  if (!b.processes.empty()) {
+    rollup_start_.bind(1, bucket);
+    if (auto r = done(rollup_start_); !r) return r;
+  }
   for (const auto& p : b.processes) {
     const std::int64_t pid = p.pid;
     processes_.bind(1, pid).bind(2, p.start_ns);
@@ -214,6 +269,11 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
     process_windows_.bind(4, i64(p.offcpu.runnable_ns)).bind(5, i64(p.offcpu.blocked_ns));
     process_windows_.bind(6, i64(p.offcpu.oncpu_ns)).bind(7, i64(p.offcpu.preemptions));
     if (auto r = done(process_windows_); !r) return r;
+    process_rollups_.bind(1, bucket).bind(2, std::string_view(p.cgroup)).bind(3, pid);
+    process_rollups_.bind(4, i64(p.offcpu.runnable_ns)).bind(5, i64(p.offcpu.blocked_ns));
+    process_rollups_.bind(6, i64(p.offcpu.oncpu_ns)).bind(7, i64(p.offcpu.preemptions));
+    process_rollups_.bind(8, b.window_ns);
+    if (auto r = done(process_rollups_); !r) return r;
 
     for (const auto& [call_id, t] : p.calls) {
       if (call_id >= calls.size()) continue;  // a newer BPF object than this table: no name
@@ -222,8 +282,13 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
       call_windows_.bind(4, info.name).bind(5, trace::api_name(info.api));
       call_windows_.bind(6, i64(t.count)).bind(7, i64(t.sum_ns)).bind(8, i64(t.runnable_ns));
       call_windows_.bind(9, i64(t.blocked_ns)).bind(10, i64(t.max_ns));
-      call_windows_.bind_blob(11, encode_buckets(t.buckets));
+      const std::string blob = encode_buckets(t.buckets);
+      call_windows_.bind_blob(11, blob);
       if (auto r = done(call_windows_); !r) return r;
+      call_rollups_.bind(1, bucket).bind(2, std::string_view(p.cgroup)).bind(3, pid);
+      call_rollups_.bind(4, info.name).bind(5, trace::api_name(info.api));
+      call_rollups_.bind(6, i64(t.count)).bind(7, i64(t.max_ns)).bind_blob(8, blob);
+      if (auto r = done(call_rollups_); !r) return r;
     }
 
     // GPU memory: rows of processes that allocated, freed or failed, or hold memory.
@@ -245,6 +310,12 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
       bind_opt(preemptors_, 9, pr.thread);
       preemptors_.bind(10, std::int64_t{pr.kernel_thread ? 1 : 0});
       if (auto r = done(preemptors_); !r) return r;
+      preemptor_rollups_.bind(1, bucket).bind(2, std::string_view(p.cgroup));
+      preemptor_rollups_.bind(3, std::int64_t{pr.victim_pid}).bind(4, std::int64_t{pr.pid});
+      preemptor_rollups_.bind(5, std::string_view(pr.comm));
+      preemptor_rollups_.bind(6, std::string_view(pr.cgroup));
+      preemptor_rollups_.bind(7, i64(pr.runnable_ns)).bind(8, i64(pr.count));
+      if (auto r = done(preemptor_rollups_); !r) return r;
     }
   }
 

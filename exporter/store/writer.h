@@ -33,7 +33,7 @@ class BatchWriter {
 
   sqlite3* db_ = nullptr;
   Stmt windows_, cgroups_, processes_, process_windows_, call_windows_, preemptors_, outliers_,
-      memory_,
+      memory_, call_rollups_, process_rollups_, preemptor_rollups_, rollup_start_,
       inflight_, chains_;
 };
 

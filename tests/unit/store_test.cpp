@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "store/report.h"
 #include "store/schema.h"
 #include "store/sqlite.h"
 #include "store/writer.h"
@@ -84,7 +85,7 @@ chains::ProcessWindow process(const std::string& cgroup, int pid, std::int64_t s
       .runnable_ns = 3'000'000, .blocked_ns = 1'000'000, .oncpu_ns = 90'000'000, .preemptions = 17};
   p.calls[call_id("cudaStreamSynchronize", trace::Api::kRuntime)] = totals(40, 400'000'000);
   p.calls[call_id("cuLaunchKernel", trace::Api::kDriver)] = totals(1000, 5'000'000);
-  p.preemptors.push_back(Preemptor{.victim_pid = pid,
+  p.preemptors.push_back(stallwatch::Preemptor{.victim_pid = pid,
                                    .pid = 777,
                                    .comm = "fluent-bit",
                                    .cgroup = "/system.slice/fluent-bit.service",
@@ -513,6 +514,114 @@ TEST(StoreTest, FullQueueDropsNewBatchesAndCountsThem) {
   EXPECT_EQ(s.batches_written + s.batches_dropped, 300u);
 }
 
+// explain --per-process from the 5-minute rollups (schema 7) gives exactly what a scan of every
+// window gives: periods that start and end mid-bucket, one within a bucket, one that starts
+// before the data, a cgroup filter, and after an age prune that cut a bucket in two.
+TEST(StoreTest, PerProcessRollupsGiveTheNumbersOfEveryWindow) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  auto store = open_store(options(path));
+  ASSERT_TRUE(store);
+  // 70 minutes of 7-second windows from an odd start: 600 windows, three processes in two
+  // cgroups, each window's numbers different.
+  const std::int64_t t0 = (now_ns() / kRollupNs - 20) * kRollupNs + 123 * kSecond;
+  for (int i = 0; i < 600; i++) {
+    WindowBatch b = batch(t0 + i * 7 * kSecond, 4242, "/kubepods.slice/pod1");
+    b.window_ns = 7 * kSecond;
+    b.processes.push_back(process("/kubepods.slice/pod1", 4243, kProcessStart));
+    b.processes.push_back(process("/system.slice/job.service", 99, kProcessStart));
+    for (auto& p : b.processes) {
+      p.offcpu.runnable_ns += static_cast<std::uint64_t>(i * 1000 + p.pid);
+      for (auto& [id, t] : p.calls) {
+        t.count += static_cast<std::uint64_t>(i % 7);
+        t.buckets[10 + i % 13] += static_cast<std::uint64_t>(i % 5);
+        t.max_ns = static_cast<std::uint64_t>(1000 + (i * 7919) % 100000);
+      }
+      p.preemptors[0].runnable_ns += static_cast<std::uint64_t>(i);
+      p.preemptors[0].count += static_cast<std::uint64_t>(i % 3);
+    }
+    if (i % 50 == 49) {
+      ASSERT_TRUE(store->enqueue(std::move(b)));
+      store->flush();
+    } else {
+      ASSERT_TRUE(store->enqueue(std::move(b)));
+    }
+  }
+  store->flush();
+  auto compare = [&](std::int64_t now, std::int64_t since, const std::string& cgroup) {
+    auto rdb = open_report_db(path);
+    ASSERT_TRUE(rdb.ok()) << rdb.error().message;
+    ReportQuery q{.now_ns = now, .since_ns = since, .cgroup = cgroup, .per_process = true};
+    auto rolled = load_report(rdb->db.get(), q);
+    q.rollups = false;
+    auto scanned = load_report(rdb->db.get(), q);
+    ASSERT_TRUE(rolled.ok() && scanned.ok());
+    const auto& a = rolled->processes;
+    const auto& b = scanned->processes;
+    ASSERT_EQ(a.size(), b.size()) << since;
+    for (size_t i = 0; i < a.size(); i++) {
+      SCOPED_TRACE("process " + std::to_string(b[i].pid) + ", since " + std::to_string(since));
+      EXPECT_EQ(a[i].pid, b[i].pid);
+      EXPECT_EQ(a[i].cgroup, b[i].cgroup);
+      EXPECT_EQ(a[i].runnable_ns, b[i].runnable_ns);
+      EXPECT_EQ(a[i].blocked_ns, b[i].blocked_ns);
+      EXPECT_EQ(a[i].oncpu_ns, b[i].oncpu_ns);
+      EXPECT_EQ(a[i].wall_ns, b[i].wall_ns);
+      EXPECT_EQ(a[i].preemptions, b[i].preemptions);
+      EXPECT_EQ(a[i].worst_stall_ns, b[i].worst_stall_ns);
+      ASSERT_EQ(a[i].calls.size(), b[i].calls.size());
+      for (size_t c = 0; c < a[i].calls.size(); c++) {
+        EXPECT_EQ(a[i].calls[c].call, b[i].calls[c].call);
+        EXPECT_EQ(a[i].calls[c].count, b[i].calls[c].count);
+        EXPECT_DOUBLE_EQ(a[i].calls[c].p50_s, b[i].calls[c].p50_s);
+        EXPECT_DOUBLE_EQ(a[i].calls[c].p99_s, b[i].calls[c].p99_s);
+        EXPECT_DOUBLE_EQ(a[i].calls[c].max_s, b[i].calls[c].max_s);
+      }
+      ASSERT_EQ(a[i].preemptors.size(), b[i].preemptors.size());
+      for (size_t k = 0; k < a[i].preemptors.size(); k++) {
+        EXPECT_EQ(a[i].preemptors[k].pid, b[i].preemptors[k].pid);
+        EXPECT_EQ(a[i].preemptors[k].comm, b[i].preemptors[k].comm);
+        EXPECT_EQ(a[i].preemptors[k].cpu_ns, b[i].preemptors[k].cpu_ns);
+        EXPECT_EQ(a[i].preemptors[k].count, b[i].preemptors[k].count);
+      }
+    }
+  };
+  const std::int64_t end = t0 + 599 * 7 * kSecond;
+  compare(end, 3600 * kSecond, "");                          // most of it, mid-bucket edges
+  compare(end - 13 * kSecond, 1800 * kSecond, "");           // ends mid-bucket too
+  compare(end, 24 * 3600 * kSecond, "");                     // starts before the data
+  compare(t0 + 40 * 60 * kSecond, 120 * kSecond, "");        // within one or two buckets
+  compare(end, 3600 * kSecond, "/kubepods.slice/pod1");      // a cgroup filter
+  {
+    // And both are right: the preemptor's time summed over the 600 windows, once.
+    auto rdb = open_report_db(path);
+    ASSERT_TRUE(rdb.ok());
+    auto r = load_report(rdb->db.get(), ReportQuery{.now_ns = end, .since_ns = 24 * 3600 * kSecond,
+                                                    .cgroup = "/system.slice/job.service",
+                                                    .per_process = true});
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->processes.size(), 1u);
+    ASSERT_EQ(r->processes[0].preemptors.size(), 1u);
+    EXPECT_EQ(r->processes[0].preemptors[0].cpu_ns, 600u * 2'500'000u + 599u * 600u / 2u);
+    EXPECT_EQ(r->processes[0].runnable_ns, 600u * (3'000'000u + 99u) + 599u * 600u / 2u * 1000u);
+  }
+  // The rollups are used: far fewer call rows than windows.
+  {
+    auto db = open_plain(path);
+    EXPECT_EQ(scalar(db.get(), "SELECT count(*) FROM call_windows"), 600 * 6);
+    EXPECT_LE(scalar(db.get(), "SELECT count(*) FROM call_rollups"), 16 * 6);
+  }
+  // An age prune that cuts a bucket in two: the cut bucket is read from its remaining windows.
+  std::uint64_t pruned = 0;
+  {
+    auto db = open_plain(path);
+    ASSERT_TRUE(prune_by_age(db.get(), t0 + 1000 * kSecond, pruned).ok());
+  }
+  EXPECT_GT(pruned, 0u);
+  compare(end, 24 * 3600 * kSecond, "");
+  compare(end, 3000 * kSecond, "");
+}
+
 TEST(StoreTest, PrunesByAge) {
   TempDir dir;
   const std::string path = dir.file("sw.db");
@@ -534,8 +643,9 @@ TEST(StoreTest, PrunesByAge) {
   store->enqueue(new_batch);
   store->flush();
   ASSERT_TRUE(store->prune_now().ok());
-  // windows, cgroup, process, process window, 2 calls, preemptor, outlier, closed chain.
-  EXPECT_EQ(store->stats().rows_pruned, 9u);
+  // windows, cgroup, process, process window, 2 calls, preemptor, outlier, closed chain, and
+  // the rollups of its bucket: process, 2 calls, preemptor.
+  EXPECT_EQ(store->stats().rows_pruned, 13u);
   auto db = open_plain(path);
   const std::string n = std::to_string(new_ts);
   for (const char* table : {"windows", "call_windows", "process_windows", "preemptor_windows"}) {
