@@ -24,7 +24,8 @@
 //   exposition_bench [--out PATH] [--cpu N|-1] [--reps N] [--max-seconds S]
 //                    [--cgroups 16,64,256,1024] [--mix full|typical] [--port N]
 // --mix typical: the 8 runtime calls engine_bench uses and one NCCL op per series instead of
-// all 25 runtime and driver calls and 4 NCCL ops (the host families stay).
+// every runtime and driver call of the table (25 until issue #20, 50 since: memory and graph
+// calls) and 4 NCCL ops (the host families stay).
 #include <curl/curl.h>
 #include <malloc.h>
 #include <sched.h>
