@@ -81,13 +81,26 @@ static __always_inline bool nested_in_memory_call(struct thread_state *t)
 	return false;
 }
 
+/* An allocation of process `tgid` is gone: its bytes are credited to the call that made it. */
+static __always_inline void credit_free(__u32 tgid, const struct cuda_alloc *rec)
+{
+	struct call_key ckey = {};
+	struct call_stats *s;
+
+	ckey.cgroup_id = rec->cgroup_id;
+	ckey.call_id = rec->call_id;
+	ckey.tgid = tgid;
+	ckey.start_tag = rec->start_tag;
+	s = bpf_map_lookup_elem(&cuda_call_duration, &ckey);
+	if (s)
+		__sync_fetch_and_add(&s->freed_bytes, rec->bytes);
+}
+
 static __always_inline void mem_alloc_exit(struct thread_state *t, struct call_frame *f,
 					   struct call_stats *s, __u64 cookie)
 {
 	struct cuda_alloc_key key = {};
 	struct cuda_alloc rec = {}, *old;
-	struct call_key ckey = {};
-	struct call_stats *os;
 	__u64 addr = 0, pitch = 0, bytes = f->aux_val;
 
 	if (bpf_probe_read_user(&addr, sizeof(addr), (void *)f->aux_ptr) || !addr)
@@ -104,16 +117,8 @@ static __always_inline void mem_alloc_exit(struct thread_state *t, struct call_f
 	key.tgid = t->tgid;
 	key.handle = (cookie >> 40) & 1;
 	old = bpf_map_lookup_elem(&cuda_allocs, &key);
-	if (old) {
-		/* Its free went unseen (an untraced library copy): it is gone, credit it. */
-		ckey.cgroup_id = old->cgroup_id;
-		ckey.call_id = old->call_id;
-		ckey.tgid = t->tgid;
-		ckey.start_tag = old->start_tag;
-		os = bpf_map_lookup_elem(&cuda_call_duration, &ckey);
-		if (os)
-			__sync_fetch_and_add(&os->freed_bytes, old->bytes);
-	}
+	if (old)
+		credit_free(t->tgid, old); /* its free went unseen (an untraced library copy) */
 	rec.bytes = bytes;
 	rec.cgroup_id = t->cgroup_id;
 	rec.call_id = f->call_id;
@@ -126,9 +131,7 @@ static __always_inline void mem_free_exit(struct thread_state *t, struct call_fr
 					  __u64 cookie)
 {
 	struct cuda_alloc_key key = {};
-	struct call_key ckey = {};
 	struct cuda_alloc *rec;
-	struct call_stats *s;
 
 	if (!f->aux_ptr)
 		return;
@@ -138,13 +141,7 @@ static __always_inline void mem_free_exit(struct thread_state *t, struct call_fr
 	rec = bpf_map_lookup_elem(&cuda_allocs, &key);
 	if (!rec)
 		return; /* allocated before tracing began, or never by a traced call */
-	ckey.cgroup_id = rec->cgroup_id;
-	ckey.call_id = rec->call_id;
-	ckey.tgid = t->tgid;
-	ckey.start_tag = rec->start_tag;
-	s = bpf_map_lookup_elem(&cuda_call_duration, &ckey);
-	if (s)
-		__sync_fetch_and_add(&s->freed_bytes, rec->bytes);
+	credit_free(t->tgid, rec);
 	bpf_map_delete_elem(&cuda_allocs, &key);
 }
 
