@@ -9,11 +9,14 @@
 #define STALLWATCH_CALLS_BPF_H
 
 #include "maps.bpf.h"
+#include "python.bpf.h"
 
 #ifdef SW_DEFINE_SHARED_MAPS
 const volatile __u64 outlier_threshold_ns = 1000000;
+const volatile bool capture_stacks = true; /* --stacks */
 #else
 extern const volatile __u64 outlier_threshold_ns;
+extern const volatile bool capture_stacks;
 #endif
 
 static const struct call_stats zero_call_stats;
@@ -140,7 +143,8 @@ static __always_inline struct call_frame *sw_call_exit(struct thread_state *t, _
  * Adds a finished call to its histogram; an outlier also goes to the ring buffer. Returns the
  * call's statistics entry (NULL when the map is full).
  */
-static __always_inline struct call_stats *sw_record_call(struct thread_state *t,
+static __always_inline struct call_stats *sw_record_call(struct pt_regs *ctx,
+							  struct thread_state *t,
 							  struct call_frame *f, __u64 now)
 {
 	struct call_key key = {};
@@ -181,6 +185,16 @@ static __always_inline struct call_stats *sw_record_call(struct thread_state *t,
 	e->call_id = f->call_id;
 	e->preemptions = f->preemptions;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->stack_id = -1;
+	e->py_count = 0;
+	e->py_status = SW_PY_NOT_PYTHON;
+	if (capture_stacks) {
+		/* At the return: the innermost frame is the caller's, right after the call. */
+		e->stack_id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
+		if (e->stack_id < 0)
+			sw_count_lost(SW_LOST_STACK);
+		sw_py_walk(e);
+	}
 	bpf_ringbuf_submit(e, 0);
 	return s;
 }

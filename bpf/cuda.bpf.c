@@ -190,7 +190,7 @@ int cuda_exit(struct pt_regs *ctx)
 
 	if (!f || !t)
 		return 0;
-	s = sw_record_call(t, f, now);
+	s = sw_record_call(ctx, t, f, now);
 	if (f->mem_op != SW_MEM_NONE)
 		mem_exit(ctx, t, f, s, cookie);
 	return 0;

@@ -40,11 +40,42 @@ SW_SHARED struct {
 	__type(value, struct call_stats);
 } cuda_call_duration SEC(".maps");
 
-/* Calls at or above outlier_threshold_ns, one record each. */
+/* Calls at or above outlier_threshold_ns, one record (~600 bytes with Python frames) each. */
 SW_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
+	__uint(max_entries, 1024 * 1024);
 } outliers SEC(".maps");
+
+/*
+ * Native user stacks of outlier calls, by stack id. User space reads and deletes each id as its
+ * record arrives, so the map holds only the stacks of records in flight; an id whose bucket is
+ * taken by another stack is lost (SW_LOST_STACK). 4,096 x 512 bytes: 2 MiB.
+ */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, SW_STACK_DEPTH * sizeof(__u64));
+} user_stacks SEC(".maps");
+
+/* Python frames being walked (python.bpf.h), copied into the outlier record after the walk. */
+struct py_scratch {
+	struct py_frame py[SW_PY_FRAMES];
+};
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_scratch);
+} py_scratch SEC(".maps");
+
+/* CPython processes whose frames outliers carry (python.bpf.h), filled by user space. */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct py_proc);
+} py_procs SEC(".maps");
 
 /*
  * Cgroups with CUDA-issuing threads: the host hooks (reclaim, OOM, block I/O, TCP) work only

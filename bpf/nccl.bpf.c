@@ -219,7 +219,7 @@ int nccl_exit(struct pt_regs *ctx)
 
 	if (!f || !t)
 		return 0;
-	sw_record_call(t, f, now);
+	sw_record_call(ctx, t, f, now);
 	if (kind == SW_NCCL_OP)
 		record_op(t, f, now);
 	else if (kind >= SW_NCCL_INIT_RANK && kind <= SW_NCCL_COUNT && (int)PT_REGS_RC(ctx) == 0)

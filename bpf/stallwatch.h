@@ -23,6 +23,11 @@
 /* Two probe sets on one entry fire within this of each other (calls.bpf.h sw_call_enter). */
 #define SW_DOUBLE_PROBE_NS 1000000ULL
 #define SW_COMM_LEN 16
+/* Native frames kept per stack (user_stacks), Python frames per outlier record. */
+#define SW_STACK_DEPTH 64
+#define SW_PY_FRAMES 32
+/* Python threads searched for the calling one (python.bpf.h). */
+#define SW_PY_THREADS 64
 
 /*
  * What a CUDA call does to memory (exporter/trace/calls.h MemOp): bits 44-47 of a runtime or
@@ -56,6 +61,7 @@ enum sw_lost_source {
 	SW_LOST_HOST_MAP,            /* host or NCCL statistic not aggregated: its map is full */
 	SW_LOST_WATCHED_CGROUPS,     /* a CUDA cgroup not watched (host hooks blind): map full */
 	SW_LOST_ALLOC_MAP,           /* an allocation not remembered (its free unmatched): map full */
+	SW_LOST_STACK,               /* an outlier's native stack not kept (stack map full or busy) */
 	SW_LOST_MAX,
 };
 

@@ -30,6 +30,7 @@
 #include "trace/collector.h"
 #include "trace/sources.h"
 #include "trace/discovery.h"
+#include "trace/python.h"
 #include "host/host_sampler.h"
 #include "host/self_stats.h"
 #include "trace/tracer.h"
@@ -142,6 +143,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
 
   trace::TracerOptions topts;
   topts.outlier_threshold = o.outlier_threshold;
+  topts.stacks = o.stacks;
   auto tracer = trace::Tracer::open(topts);
   if (!tracer) {
     SW_LOG(kError) << tracer.error().message;
@@ -159,6 +161,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries},
       fs);
   trace::EventQueue lib_events;
+  // Python frames: the registry follows the CUDA processes discovery finds (--stacks=on).
+  trace::PythonRegistry python(fs, o.stacks ? (*tracer)->map_fd("py_procs") : -1);
+  if (o.stacks) {
+    discovery.on_processes([&](int pid) { python.seen(pid); }, [&](int pid) { python.gone(pid); });
+  }
+  chains::SiteResolver sites(fs, &python);
   chains::OutlierSink outliers;
   (*tracer)->on_outlier([&](const trace::OutlierRecord& e) { outliers.add(e); });
   // The ring-buffer thread only queues: discovery opens the host's files on its own thread.
@@ -201,7 +209,9 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     if (keeper) pipeline.set_store(keeper->get(), true);  // reopened when due (store_keeper.h)
     auto snap = collector.collect(o.window, counts());
     snap->self = host::read_self_stats();
-    for (const auto& c : pipeline.window(std::move(snap), outliers.drain(), host.sample())) {
+    chains::OutlierWindow drained = outliers.drain();
+    sites.resolve(drained);
+    for (const auto& c : pipeline.window(std::move(snap), drained, host.sample())) {
       if (c.open && announced.insert(c.id).second) SW_LOG(kInfo) << "chain opened: " << c.summary;
       if (!c.open) {
         announced.erase(c.id);

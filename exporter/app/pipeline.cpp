@@ -67,6 +67,26 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
     for (const auto& [label, s] : snap->series) batch.cgroups.push_back(s.identity);
     batch.outliers = resolve_outliers(*snap, outliers, options_.stored_outliers);
     batch.chains = changed;
+    {
+      std::map<int, std::pair<const std::string*, const std::string*>> proc;  // label, comm
+      for (const auto& [label, s] : snap->series) {
+        for (const auto& [pid, info] : s.process_info) proc[pid] = {&label, &info.comm};
+      }
+      const auto calls = trace::all_calls();
+      for (const auto& r : outliers.resolved) {
+        store::SiteRow row;
+        if (auto it = proc.find(r.pid); it != proc.end()) {
+          row.cgroup = *it->second.first;
+          row.comm = *it->second.second;
+        } else if (auto id = snap->cgroup_labels.find(r.cgroup_id); id != snap->cgroup_labels.end()) {
+          row.cgroup = id->second;
+        }
+        row.pid = r.pid;
+        if (r.call_id < calls.size()) row.api = std::string(trace::api_name(calls[r.call_id].api));
+        row.site = r.site;
+        batch.sites.push_back(std::move(row));
+      }
+    }
     batch.processes = std::move(view.processes);
     const auto calls = trace::all_calls();
     for (const auto& [label, s] : snap->series) {

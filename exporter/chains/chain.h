@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "chains/kinds.h"
+#include "chains/sites.h"
 #include "identity/cgroup_identity.h"
 
 namespace stallwatch::chains {
@@ -57,6 +58,7 @@ struct Chain {
   std::string recommendation;   // commands a person can paste, one per line
   std::vector<Contributor> contributors;                  // worst first
   std::vector<std::pair<std::string, double>> evidence;  // named numbers, e.g. runnable_share
+  std::vector<CallSite> sites;  // where the stalled calls were made, by stalled time (sites.h)
 
   double evidence_value(std::string_view name, double fallback = 0) const;
 };

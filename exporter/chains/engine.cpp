@@ -97,6 +97,18 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
     if (t.hits++ == 0) t.first_hit_ns = view.end_ns - view.window_ns;
     Chain c = std::move(f.chain);
     c.updated_ns = view.end_ns;
+    c.sites = top_sites(outliers.resolved, c.pid, 0, c.call);
+    if (c.pid == 0 && c.sites.empty()) {
+      // A chain about a cgroup: its processes' sites.
+      std::vector<ResolvedSite> of_cgroup;
+      for (const auto& s : outliers.resolved) {
+        for (const auto& p : view.processes) {
+          if (p.pid == s.pid && p.cgroup == c.identity.cgroup) of_cgroup.push_back(s);
+        }
+      }
+      c.sites = top_sites(of_cgroup, 0, 0, c.call);
+    }
+    if (c.sites.empty()) c.sites = t.chain.sites;  // keep the last window's that had any
     if (!t.has_chain) {
       const int need = f.once || f.immediate ? 1 : th.open_after;
       if (t.hits < need) {

@@ -23,6 +23,19 @@ void OutlierSink::add(const trace::OutlierRecord& e) {
     p.worst_runnable_ns = e.runnable_ns;
     p.worst_call_id = e.call_id;
   }
+  if (!e.native.empty() || !e.python.empty()) {
+    RawSiteKey key{e.tgid, e.call_id, e.native, e.python};
+    auto it = cur_.sites.find(key);
+    if (it == cur_.sites.end() && cur_.sites.size() < OutlierWindow::kMaxSites) {
+      it = cur_.sites.emplace(std::move(key), RawSite{e.cgroup_id, 0, 0, e.py_status}).first;
+    }
+    if (it != cur_.sites.end()) {
+      it->second.count++;
+      it->second.stalled_ns += e.duration_ns;
+    } else {
+      cur_.sites_dropped++;
+    }
+  }
   // A min-heap of the longest `keep_` records: O(log keep) only when a record qualifies.
   auto& w = cur_.worst;
   if (w.size() < keep_) {

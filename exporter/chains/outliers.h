@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "chains/sites.h"
 #include "trace/records.h"
 
 namespace stallwatch::chains {
@@ -21,10 +24,24 @@ struct PidOutliers {
   std::uint64_t runnable_ns = 0;  // summed over the window's outliers
 };
 
+// Outliers of one process and call with one stack, as the kernel gave it.
+struct RawSite {
+  std::uint64_t cgroup_id = 0;
+  std::uint64_t count = 0;
+  std::uint64_t stalled_ns = 0;  // summed duration
+  std::uint16_t py_status = 0;
+};
+using RawSiteKey = std::tuple<std::uint32_t, std::uint32_t, std::vector<std::uint64_t>,
+                              std::vector<std::pair<std::uint64_t, std::uint32_t>>>;
+
 struct OutlierWindow {
+  static constexpr size_t kMaxSites = 4096;  // distinct stacks per window; the rest counted
   std::uint64_t total = 0;                          // records this window
   std::unordered_map<std::uint32_t, PidOutliers> by_pid;
   std::vector<trace::OutlierRecord> worst;                 // longest first, at most `keep`
+  std::map<RawSiteKey, RawSite> sites;  // (tgid, call id, native, python)
+  std::uint64_t sites_dropped = 0;      // outliers whose stack found no room
+  std::vector<ResolvedSite> resolved;   // SiteResolver::resolve fills it
 };
 
 class OutlierSink {

@@ -151,7 +151,7 @@ std::string render_explain_json(const Report& r) {
 
 const char* const kExplainUsage =
     "usage: stallwatch explain [--db PATH] [--since DURATION] [--cgroup PATH] [--per-process]\n"
-    "                          [--json] [--timeout DURATION]\n"
+    "                          [--stacks] [--json] [--timeout DURATION]\n"
     "\n"
     "The incident report: causal chains (what slowed the CUDA calls, who caused it, the fix)\n"
     "over the last DURATION, from the database `stallwatch run` writes.\n"
@@ -161,7 +161,8 @@ const char* const kExplainUsage =
     "  --since DURATION period to report, e.g. 15m, 1h, 2d (default 1h)\n"
     "  --cgroup PATH    only this cgroup and the cgroups below it\n"
     "  --per-process    add per-process CUDA call latency (p50/p99 of the merged histograms),\n"
-    "                   off-CPU time, preemptions and the top preemptors\n"
+    "                   off-CPU time, preemptions, the top preemptors and call sites\n"
+    "  --stacks         under each chain's call sites, their native frames too\n"
     "  --json           one JSON object instead of text\n"
     "  --timeout D      give up after D (default 30s; 100ms to 24h, 0 for none)\n";
 
@@ -174,6 +175,7 @@ Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& arg
     ("since", po::value<std::string>(), "")
     ("cgroup", po::value<std::string>(), "")
     ("per-process", "")
+    ("stacks", "")
     ("json", "")
     ("timeout", po::value<std::string>(), "");
   // clang-format on
@@ -193,6 +195,7 @@ Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& arg
   }
   if (vm->count("cgroup")) o.cgroup = (*vm)["cgroup"].as<std::string>();
   o.per_process = vm->count("per-process") > 0;
+  o.stacks = vm->count("stacks") > 0;
   o.json = vm->count("json") > 0;
   if (vm->count("timeout")) {
     auto t = read_timeout((*vm)["timeout"].as<std::string>(), "--timeout");
@@ -215,6 +218,7 @@ int run_explain(const ExplainOptions& o, std::int64_t now_ns, const std::string&
   q.since_ns = o.since.count();
   q.cgroup = o.cgroup;
   q.per_process = o.per_process;
+  q.stacks = o.stacks;
   const store::StatementDeadline deadline(db->db.get(), o.timeout);
   auto report = store::load_report(db->db.get(), q);
   if (!report && deadline.expired()) {

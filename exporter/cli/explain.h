@@ -21,6 +21,7 @@ struct ExplainOptions {
   std::chrono::nanoseconds since = std::chrono::hours(1);
   std::string cgroup;
   bool per_process = false;
+  bool stacks = false;  // --stacks: native frames under each call site
   bool json = false;
   std::chrono::nanoseconds timeout = std::chrono::seconds(30);  // --timeout; 0: none
   bool help = false;
@@ -36,7 +37,9 @@ extern const char* const kExplainUsage;
 //             "comm","call","api","p50_s","p99_s","baseline_p50_s","baseline_p99_s","ratio",
 //             "opened","updated","closed","windows","summary","root_cause","effect",
 //             "contributors":[{"comm","pid","cgroup","role","cpu_s","count"}],
-//             "evidence":{name:number},"recommendation"}],
+//             "evidence":{name:number},"recommendation",
+//             "sites":[{"call","share","count","stalled_ns","frames":[{"kind","function",
+//                       "file","line"} or {"kind","function","module","offset"}]}]}],
 //  "traced":[{"cgroup","processes","calls"}],          (filled only when no chain formed)
 //  "processes":[{"pid","comm","cgroup","calls":[{"call","api","count","p50_s","p99_s","max_s"}],
 //                "offcpu_s","runnable_s","blocked_s","wall_s","offcpu_share","preemptions",

@@ -178,7 +178,23 @@ std::string process_name(const std::string& comm, int pid) {
   return (comm.empty() ? std::string() : comm + " ") + "PID " + std::to_string(pid);
 }
 
-void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, const Names& names) {
+// "settle() at /app/train.py:87  <- epoch() at /app/train.py:120   cudaStreamSynchronize, 83% of
+// the stalled time", and with --stacks the native frames under it.
+std::vector<std::string> site_lines(const std::vector<chains::CallSite>& sites, bool stacks) {
+  std::vector<std::string> lines;
+  for (const auto& s : sites) {
+    lines.push_back(s.text() + "   " + s.call + ", " + percent(s.share) + " of the stalled time (" +
+                    thousands(s.count) + (s.count == 1 ? " call)" : " calls)"));
+    if (!stacks) continue;
+    for (const auto& f : s.frames) {
+      if (!f.python) lines.push_back("    " + f.text());
+    }
+  }
+  return lines;
+}
+
+void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, const Names& names,
+                  bool stacks) {
   out += "[" + upper(c.severity) + "] " + c.kind + "  ";
   std::string extra = thousands(c.windows) + (c.windows == 1 ? " window" : " windows");
   if (c.peak != c.severity && !c.peak.empty()) extra += ", peak " + upper(c.peak);
@@ -240,6 +256,7 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, c
     contrib.push_back(std::move(l));
   }
   field(out, "Contributing", contrib);
+  field(out, "Site", site_lines(c.sites, stacks));
   field(out, "Fix", lines_of(c.recommendation));
 }
 
@@ -292,6 +309,7 @@ void render_process(std::string& out, const ProcessStats& p, const Names& names)
                   " preemptions");
   }
   field(out, "Preempted by", pre);
+  field(out, "Sites", site_lines(p.sites, false));
 }
 
 // "3h ago" and the --since that would reach it.
@@ -374,7 +392,7 @@ std::string render_explain_text(const Report& r) {
            std::to_string(open) + " open\n";
     for (const auto& c : r.chains) {
       out += "\n";
-      render_chain(out, c, now, r.names);
+      render_chain(out, c, now, r.names, r.query.stacks);
     }
   }
 

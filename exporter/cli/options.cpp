@@ -54,6 +54,8 @@ po::options_description run_options_description() {
     ("window", po::value<std::string>(), "snapshot window: 500ms, 5s, 1m (default 5s)")
     ("outlier-threshold", po::value<std::string>(),
      "calls at least this long are sent to user space one by one (default 1ms)")
+    ("stacks", po::value<std::string>(), "on (default) or off: the native and Python stack of "
+     "each outlier call, for the call sites of chains and `stallwatch stacks`")
     ("hang-threshold", po::value<std::string>(),
      "a synchronize, copy or NCCL op still open this long opens a critical call_hang chain "
      "(1s to 24h, default 60s)")
@@ -257,6 +259,15 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
       o.web_classic_histograms = false;
     } else {
       return make_error(source + " " + *classic + ": expected true or false");
+    }
+  }
+  if (const std::string* stacks = text_flag(flags, "stacks", &source)) {
+    if (*stacks == "on" || *stacks == "true") {
+      o.stacks = true;
+    } else if (*stacks == "off" || *stacks == "false") {
+      o.stacks = false;
+    } else {
+      return make_error(source + " " + *stacks + ": expected on or off");
     }
   }
   if (const std::string* max = text_flag(flags, "web.max-connections", &source)) {

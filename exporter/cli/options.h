@@ -31,6 +31,7 @@ struct RunOptions {
   std::string db = "/var/lib/stallwatch/stallwatch.db";
   std::chrono::nanoseconds window = std::chrono::seconds(5);
   std::chrono::nanoseconds outlier_threshold = std::chrono::milliseconds(1);
+  bool stacks = true;  // --stacks=on|off: outliers carry native and Python stacks
   std::chrono::nanoseconds hang_threshold = std::chrono::seconds(60);  // --hang-threshold
   std::chrono::nanoseconds rescan_interval = std::chrono::seconds(30);
   std::chrono::nanoseconds detach_linger = std::chrono::seconds(30);

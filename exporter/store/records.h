@@ -48,6 +48,15 @@ struct Inflight {
   int world_size = -1;
 };
 
+// The outliers of one process, call and stack in a window (outlier_sites).
+struct SiteRow {
+  std::string cgroup;
+  int pid = 0;
+  std::string comm;
+  std::string api;
+  chains::CallSite site;  // share unused
+};
+
 struct WindowBatch {
   std::int64_t end_ns = 0;     // unix time the window ended: the rows' ts_ns
   std::int64_t window_ns = 0;
@@ -57,6 +66,7 @@ struct WindowBatch {
   std::vector<Outlier> outliers;                 // worst first, bounded by the caller
   std::vector<chains::Chain> chains;             // opened, updated or closed this window
   std::vector<Inflight> inflight;                // calls open at the window's end
+  std::vector<SiteRow> sites;                    // call sites of the window's outliers
 
   size_t rows() const;
 };

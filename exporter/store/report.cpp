@@ -178,6 +178,41 @@ Result<Ok> load_json_parts(sqlite3* db, std::vector<ReportChain>& chains,
   return Ok{};
 }
 
+// Schema 8 added chains.sites and outlier_sites.
+bool has_sites(sqlite3* db) {
+  auto v = schema_version(db);
+  return v && *v >= 8;
+}
+
+// Each process's top sites over the period, from outlier_sites.
+Result<Ok> load_process_sites(sqlite3* db, const ReportQuery& q, const std::string& filter,
+                              std::vector<ProcessStats>& processes) {
+  if (!has_sites(db) || processes.empty()) return Ok{};
+  std::map<std::pair<std::string, int>, std::vector<chains::ResolvedSite>> by;
+  auto st = prepare_period(db,
+                           "SELECT cgroup, pid, frames, count, stalled_ns FROM outlier_sites "
+                           "WHERE ts_ns > ?1 AND ts_ns <= ?2" + cgroup_clause("cgroup"),
+                           q, filter);
+  if (!st) return st.error();
+  int rc;
+  while ((rc = st->step()) == SQLITE_ROW) {
+    auto parsed = chains::sites_from_json("[" + st->text(2) + "]");
+    if (parsed.empty()) continue;
+    chains::ResolvedSite r;
+    r.pid = static_cast<int>(st->int64(1));
+    r.site = std::move(parsed[0]);
+    r.site.count = u64(*st, 3);
+    r.site.stalled_ns = u64(*st, 4);
+    by[{st->text(0), r.pid}].push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return make_error(db_error(db), rc);
+  for (auto& p : processes) {
+    auto it = by.find({p.cgroup, p.pid});
+    if (it != by.end()) p.sites = chains::top_sites(it->second, p.pid, 0, "");
+  }
+  return Ok{};
+}
+
 Result<Ok> load_chains(sqlite3* db, const ReportQuery& q, const std::string& filter,
                        std::vector<ReportChain>& out) {
   auto st = prepare_period(
@@ -185,7 +220,8 @@ Result<Ok> load_chains(sqlite3* db, const ReportQuery& q, const std::string& fil
       "SELECT id, kind, severity, coalesce(peak, severity), open, cgroup, container_id, pod_uid, "
       "pid, comm, call, api, p50_s, p99_s, baseline_p50_s, baseline_p99_s, ratio, opened_ns, "
       "updated_ns, closed_ns, windows, summary, root_cause, effect, recommendation, contributors, "
-      "evidence FROM chains WHERE opened_ns <= ?2 AND (updated_ns > ?1 OR closed_ns > ?1)" +
+      "evidence, " + std::string(has_sites(db) ? "sites" : "NULL") +
+          " FROM chains WHERE opened_ns <= ?2 AND (updated_ns > ?1 OR closed_ns > ?1)" +
           cgroup_clause("cgroup"),
       q, filter);
   if (!st) return st.error();
@@ -219,6 +255,7 @@ Result<Ok> load_chains(sqlite3* db, const ReportQuery& q, const std::string& fil
     c.effect = st->text(23);
     c.recommendation = st->text(24);
     json.emplace_back(st->text(25), st->text(26));
+    if (!st->is_null(27)) c.sites = chains::sites_from_json(st->text(27));
     out.push_back(std::move(c));
   }
   if (rc != SQLITE_DONE) return make_error(db_error(db), rc);
@@ -734,6 +771,7 @@ Result<Report> load_report(sqlite3* db, const ReportQuery& query) {
   }
   if (query.per_process) {
     if (auto x = load_processes(db, query, filter, r.processes); !x) return x.error();
+    if (auto x = load_process_sites(db, query, filter, r.processes); !x) return x.error();
   }
   return r;
 }

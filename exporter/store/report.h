@@ -56,6 +56,7 @@ struct ReportQuery {
   std::int64_t since_ns = 0;  // length of the period: it is (now_ns - since_ns, now_ns]
   std::string cgroup;         // "" or "/": everything; else this cgroup and its descendants
   bool per_process = false;
+  bool stacks = false;  // explain --stacks: native frames under each site
   // --per-process reads whole 5-minute buckets from the rollups (schema 7); false: every
   // window row (the tests compare the two).
   bool rollups = true;
@@ -108,6 +109,7 @@ struct ReportChain {
   std::string recommendation;
   std::vector<chains::Contributor> contributors;  // as stored: worst first
   std::vector<std::pair<std::string, double>> evidence;
+  std::vector<chains::CallSite> sites;  // top call sites by stalled time (schema 8+)
 };
 
 // What was traced per cgroup in the period: shown when no chain formed, so a quiet report
@@ -164,6 +166,7 @@ struct ProcessStats {
   std::uint64_t worst_stall_ns = 0;   // longest call or outlier
   std::vector<Preemptor> preemptors;  // most CPU stolen first, at most kTopPreemptors
   MemoryStats memory;
+  std::vector<chains::CallSite> sites;  // top call sites of its outliers (schema 8+)
   std::uint64_t offcpu_ns() const { return runnable_ns + blocked_ns; }
   std::uint64_t thread_ns() const { return offcpu_ns() + oncpu_ns; }
 };

@@ -114,6 +114,18 @@ CREATE TABLE preemptor_rollups(
 CREATE TABLE rollup_meta(since_ns INTEGER);
 INSERT INTO rollup_meta SELECT ((max(ts_ns) - 1) / 300000000000 + 1) * 300000000000 FROM windows;
 )sql",
+    // 7 → 8: call sites (issue #17). chains.sites: the chain's top sites as JSON (docs/store.md);
+    // outlier_sites: per window, the outliers of each process, call and stack, with the
+    // innermost frame's function, file and line and the folded stack `stallwatch stacks` reads.
+    R"sql(
+ALTER TABLE chains ADD COLUMN sites TEXT;
+CREATE TABLE outlier_sites(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL, comm TEXT,
+  call TEXT NOT NULL, api TEXT, count INTEGER NOT NULL, stalled_ns INTEGER NOT NULL,
+  site TEXT NOT NULL, function TEXT, file TEXT, line INTEGER, folded TEXT NOT NULL,
+  frames TEXT NOT NULL);
+CREATE INDEX outlier_sites_ts ON outlier_sites(ts_ns);
+)sql",
 };
 
 }  // namespace

@@ -105,12 +105,17 @@ constexpr const char* kOutlierSql =
     "INSERT INTO outliers(ts_ns, cgroup, pid, tid, comm, call, api, duration_ns, runnable_ns, "
     "blocked_ns, preemptions) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
+constexpr const char* kSiteSql =
+    "INSERT INTO outlier_sites(ts_ns, cgroup, pid, comm, call, api, count, stalled_ns, site, "
+    "function, file, line, folded, frames) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
+    "?12, ?13, ?14)";
+
 constexpr const char* kChainSql =
     "INSERT INTO chains(id, kind, severity, peak, open, cgroup, container_id, pod_uid, pid, "
     "comm, call, api, p50_s, p99_s, baseline_p50_s, baseline_p99_s, ratio, opened_ns, "
     "updated_ns, closed_ns, windows, summary, root_cause, effect, recommendation, contributors, "
-    "evidence) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-    "?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) ON CONFLICT(id) DO UPDATE SET "
+    "evidence, sites) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, "
+    "?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28) ON CONFLICT(id) DO UPDATE SET "
     "kind = excluded.kind, severity = excluded.severity, peak = excluded.peak, "
     "open = excluded.open, cgroup = excluded.cgroup, container_id = excluded.container_id, "
     "pod_uid = excluded.pod_uid, pid = excluded.pid, comm = excluded.comm, "
@@ -120,7 +125,7 @@ constexpr const char* kChainSql =
     "closed_ns = excluded.closed_ns, windows = excluded.windows, summary = excluded.summary, "
     "root_cause = excluded.root_cause, effect = excluded.effect, "
     "recommendation = excluded.recommendation, contributors = excluded.contributors, "
-    "evidence = excluded.evidence";
+    "evidence = excluded.evidence, sites = excluded.sites";
 
 // SQLite integers are signed; counters past INT64_MAX (never in practice) saturate.
 std::int64_t i64(std::uint64_t v) {
@@ -182,6 +187,7 @@ Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
       {&w.processes_, kProcessSql},       {&w.process_windows_, kProcessWindowSql},
       {&w.call_windows_, kCallWindowSql}, {&w.preemptors_, kPreemptorSql},
       {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
+      {&w.sites_, kSiteSql},
       {&w.inflight_, kInflightSql},       {&w.memory_, kMemorySql},
       {&w.call_rollups_, kCallRollupSql}, {&w.process_rollups_, kProcessRollupSql},
       {&w.preemptor_rollups_, kPreemptorRollupSql}, {&w.rollup_start_, kRollupStartSql},
@@ -344,6 +350,36 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
     if (auto r = done(outliers_); !r) return r;
   }
 
+  for (const auto& s : b.sites) {
+    sites_.bind(1, b.end_ns).bind(2, std::string_view(s.cgroup)).bind(3, std::int64_t{s.pid});
+    bind_opt(sites_, 4, s.comm);
+    sites_.bind(5, std::string_view(s.site.call));
+    bind_opt(sites_, 6, s.api);
+    sites_.bind(7, i64(s.site.count)).bind(8, i64(s.site.stalled_ns));
+    sites_.bind(9, s.site.text());
+    const chains::SiteFrame* top = nullptr;
+    for (const auto& f : s.site.frames) {
+      if (f.python || (!s.site.has_python() && !f.function.empty())) {
+        top = &f;
+        break;
+      }
+    }
+    if (top) {
+      bind_opt(sites_, 10, top->function);
+      bind_opt(sites_, 11, top->python ? top->file : top->module);
+      if (top->line > 0) {
+        sites_.bind(12, std::int64_t{top->line});
+      } else {
+        sites_.bind_null(12);
+      }
+    } else {
+      sites_.bind_null(10).bind_null(11).bind_null(12);
+    }
+    sites_.bind(13, s.site.folded());
+    sites_.bind(14, dump_json(chains::sites_to_json({s.site})[0]));
+    if (auto r = done(sites_); !r) return r;
+  }
+
   for (const auto& c : b.chains) {
     if (auto r = write_chain(c); !r) return r;
   }
@@ -376,6 +412,11 @@ Result<Ok> BatchWriter::write_chain(const chains::Chain& c) {
   bind_opt(st, 24, c.effect);
   bind_opt(st, 25, c.recommendation);
   st.bind(26, contributors_json(c.contributors)).bind(27, evidence_json(c.evidence));
+  if (c.sites.empty()) {
+    st.bind_null(28);
+  } else {
+    st.bind(28, dump_json(chains::sites_to_json(c.sites)));
+  }
   return done(st);
 }
 

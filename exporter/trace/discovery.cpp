@@ -172,6 +172,7 @@ bool Discovery::scan_process(int pid) {
     now.insert(key);
   }
   // Libraries this process no longer maps (dlclose).
+  const bool known = processes_.count(pid) != 0;
   auto& old = processes_[pid];
   for (const auto& key : old) {
     if (!now.count(key)) {
@@ -180,7 +181,12 @@ bool Discovery::scan_process(int pid) {
     }
   }
   old = now;
-  if (now.empty()) processes_.erase(pid);
+  if (now.empty()) {
+    processes_.erase(pid);
+    if (known && on_gone_) on_gone_(pid);
+  } else if (!known && on_found_) {
+    on_found_(pid);
+  }
   return !now.empty();
 }
 
@@ -192,6 +198,7 @@ void Discovery::forget_process(int pid) {
     if (lib != libraries_.end()) lib->second.pids.erase(pid);
   }
   processes_.erase(it);
+  if (on_gone_) on_gone_(pid);
 }
 
 size_t Discovery::scan_all() {

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -91,6 +92,13 @@ class Discovery {
   // Retries pending scans, drops exited processes and unused libraries, rescans when due.
   void tick();
 
+  // Called on the discovery thread when a process first maps a traced library, and when it
+  // exited or unmapped them all (the Python registry follows CUDA processes this way).
+  void on_processes(std::function<void(int)> found, std::function<void(int)> gone) {
+    on_found_ = std::move(found);
+    on_gone_ = std::move(gone);
+  }
+
   size_t traced_processes() const { return traced_processes_.load(); }
   size_t attached_libraries() const { return attached_libraries_.load(); }
   size_t attached_probes() const { return attached_probes_.load(); }
@@ -132,6 +140,7 @@ class Discovery {
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;
   std::chrono::steady_clock::time_point last_full_scan_{};
+  std::function<void(int)> on_found_, on_gone_;
   Reaper reaper_;  // probes still attached at shutdown are destroyed after it, on the caller
   std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
   std::atomic<std::uint64_t> refused_libraries_{0};

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -372,7 +373,61 @@ Result<std::vector<ElfSymbol>> parse(const Bytes& file) {
   return symbols;
 }
 
+Result<ElfAddresses> parse_addresses(const Bytes& file, const std::vector<std::string>& names) {
+  auto eh = file.read<Elf64_Ehdr>(0);
+  if (!eh || std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+      eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB) {
+    return format_error("not a 64-bit little-endian ELF file");
+  }
+  auto sections = read_sections(file, *eh);
+  if (!sections) return sections.error();
+  auto segments = read_load_segments(file, *eh, *sections);
+  if (!segments) return segments.error();
+  ElfAddresses out;
+  out.load_vaddr = segments->front().vaddr;
+  for (const auto& seg : *segments) out.load_vaddr = std::min(out.load_vaddr, seg.vaddr);
+  for (std::size_t i = 0; i < sections->size(); ++i) {
+    auto type = (*sections)[i].sh_type;
+    if (type != SHT_DYNSYM && type != SHT_SYMTAB) continue;
+    auto t = describe_table(file, *sections, i);
+    if (!t) return t.error();
+    auto table = file.read_block(t->offset, t->count * t->entsize);
+    auto strings = file.read_block(t->strtab_offset, t->strtab_size);
+    if (!table || !strings) return format_error("a symbol table cannot be read");
+    const MemorySource table_bytes(*table);
+    for (std::uint64_t k = 1; k < t->count; ++k) {
+      Elf64_Sym sym;
+      if (!table_bytes.read(k * t->entsize, sizeof sym, &sym)) break;
+      if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0 || sym.st_name >= t->strtab_size) continue;
+      const char* begin = strings->data() + sym.st_name;
+      const void* nul = std::memchr(begin, '\0', t->strtab_size - sym.st_name);
+      if (nul == nullptr) continue;
+      std::string_view name(begin, static_cast<const char*>(nul) - begin);
+      if (auto at = name.find('@'); at != std::string_view::npos) name = name.substr(0, at);
+      for (const auto& want : names) {
+        if (name == want) out.vaddr.emplace(want, sym.st_value);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+Result<ElfAddresses> read_symbol_addresses(const std::string& path,
+                                           const std::vector<std::string>& names) {
+  auto source = FileSource::open(path);
+  if (!source) return source.error();
+  auto found = parse_addresses(Bytes(**source), names);
+  if (!found) return make_error(path + ": " + found.error().message, found.error().err);
+  return found;
+}
+
+Result<ElfAddresses> read_symbol_addresses_in_memory(std::string_view image,
+                                                     const std::vector<std::string>& names) {
+  const MemorySource source(image);
+  return parse_addresses(Bytes(source), names);
+}
 
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path) {
   auto source = FileSource::open(path);

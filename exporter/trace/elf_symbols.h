@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,5 +33,17 @@ struct ElfSymbol {
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path);
 // The same over an ELF image in memory (tests and the fuzzer); errors do not name a path.
 Result<std::vector<ElfSymbol>> read_function_symbols_in_memory(std::string_view image);
+
+// Where named symbols of any type (data objects too) lie in a loaded image: their virtual
+// addresses, and the lowest PT_LOAD address, so that an address in a process is
+// (start of the file's mapping at offset 0) - (load_vaddr rounded down to a page) + vaddr.
+struct ElfAddresses {
+  std::map<std::string, std::uint64_t, std::less<>> vaddr;  // only the names found
+  std::uint64_t load_vaddr = 0;
+};
+Result<ElfAddresses> read_symbol_addresses(const std::string& path,
+                                           const std::vector<std::string>& names);
+Result<ElfAddresses> read_symbol_addresses_in_memory(std::string_view image,
+                                                     const std::vector<std::string>& names);
 
 }  // namespace stallwatch::trace

@@ -16,7 +16,8 @@ const char* lost_source_name(unsigned source) {
   static constexpr const char* kNames[] = {"outlier_ringbuf", "discovery_ringbuf", "call_map_full",
                                            "offcpu_map_full", "thread_state",      "call_nesting",
                                            "host_ringbuf",    "host_map_full",
-                                           "watched_cgroups_full", "alloc_map_full"};
+                                           "watched_cgroups_full", "alloc_map_full",
+                                           "stack_map_full"};
   static_assert(std::size(kNames) == SW_LOST_MAX, "a name for every enum sw_lost_source");
   return source < std::size(kNames) ? kNames[source] : "unknown";
 }

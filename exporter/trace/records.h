@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 #include <string>
 
 namespace stallwatch::trace {
@@ -22,10 +24,15 @@ struct OutlierRecord {
   std::uint32_t call_id = 0;  // trace/calls.h
   std::uint32_t preemptions = 0;
   char comm[kCommLen] = {};  // not necessarily NUL-terminated
+  // The calling thread's stack at the return (--stacks): native return addresses and Python
+  // (code object, instruction byte offset) pairs, innermost first.
+  std::vector<std::uint64_t> native;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> python;
+  std::uint16_t py_status = 0;  // bpf/cuda.h SW_PY_*
 };
 
 // Sources of lost events (bpf/stallwatch.h, enum sw_lost_source): Snapshot::lost's size.
-inline constexpr unsigned kLostSources = 10;
+inline constexpr unsigned kLostSources = 11;
 
 // The `source` label of stallwatch_events_lost_total for each enum sw_lost_source (the index
 // of Snapshot::lost); "unknown" past the end.

@@ -124,6 +124,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
   t->skel_ = stallwatch_bpf__open();
   if (!t->skel_) return load_error("opening the BPF object failed", errno);
   t->skel_->rodata->outlier_threshold_ns = static_cast<__u64>(options.outlier_threshold.count());
+  t->skel_->rodata->capture_stacks = options.stacks;
   // Host hooks whose tracepoint this kernel lacks are not loaded (their measure is missing,
   // the rest works); probing BTF rather than comparing kernel versions.
   btf* vmlinux = btf__load_vmlinux_btf();
@@ -232,9 +233,29 @@ int Tracer::handle_outlier(void* ctx, void* data, size_t size) {
     r.preemptions = e.preemptions;
     static_assert(sizeof(r.comm) == sizeof(e.comm));
     std::memcpy(r.comm, e.comm, sizeof(r.comm));
+    if (size >= sizeof(outlier_event)) {
+      r.py_status = e.py_status;
+      const unsigned n = std::min<unsigned>(e.py_count, SW_PY_FRAMES);
+      for (unsigned i = 0; i < n; ++i) r.python.emplace_back(e.py[i].code, e.py[i].instr);
+    }
+    if (e.stack_id >= 0) self->take_stack(static_cast<std::uint32_t>(e.stack_id), r.native);
     self->outlier_handler_(r);
   }
   return 0;
+}
+
+void Tracer::take_stack(std::uint32_t id, std::vector<std::uint64_t>& out) {
+  std::array<std::uint64_t, SW_STACK_DEPTH> ips{};
+  const int fd = bpf_map__fd(skel_->maps.user_stacks);
+  if (bpf_map_lookup_elem(fd, &id, ips.data()) == 0) {
+    // Deleted once read, so the map holds only stacks in flight (bpf/maps.bpf.h); the last
+    // stack of each id is kept for a record of the same stack that raced the delete.
+    bpf_map_delete_elem(fd, &id);
+    auto end = std::find(ips.begin(), ips.end(), 0);
+    last_stacks_[id % last_stacks_.size()] = {id, std::vector<std::uint64_t>(ips.begin(), end)};
+  }
+  const auto& [cached_id, cached] = last_stacks_[id % last_stacks_.size()];
+  if (cached_id == id) out = cached;
 }
 
 int Tracer::handle_lib_map(void* ctx, void* data, size_t size) {

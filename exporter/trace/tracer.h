@@ -25,6 +25,7 @@ namespace stallwatch::trace {
 
 struct TracerOptions {
   std::chrono::nanoseconds outlier_threshold{std::chrono::milliseconds(1)};
+  bool stacks = true;  // --stacks: outliers carry the native and Python stack
 };
 
 class Tracer {
@@ -69,6 +70,9 @@ class Tracer {
   stallwatch_bpf* skel_ = nullptr;
   ring_buffer* rings_ = nullptr;
   OutlierHandler outlier_handler_;
+  // Reads and deletes one user_stacks entry (ring-buffer thread only).
+  void take_stack(std::uint32_t id, std::vector<std::uint64_t>& out);
+  std::array<std::pair<std::uint32_t, std::vector<std::uint64_t>>, 256> last_stacks_{};
   LibMapHandler lib_map_handler_;
   OomKillHandler oom_kill_handler_;
   std::vector<std::string> unavailable_;

@@ -1,0 +1,217 @@
+#include "chains/sites.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "chains/outliers.h"
+#include "trace/calls.h"
+#include "trace/python.h"
+#include "trace/symbolizer.h"
+
+namespace stallwatch::chains {
+namespace {
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Frames that identify a site: offsets inside a function do not split one.
+std::vector<SiteFrame> identity(const std::vector<SiteFrame>& frames) {
+  std::vector<SiteFrame> out = frames;
+  for (auto& f : out) {
+    if (!f.python && !f.function.empty()) f.offset = 0;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SiteFrame::text() const {
+  if (python) {
+    return function + "() at " + file + (line > 0 ? ":" + std::to_string(line) : "");
+  }
+  if (function.empty()) return module + "+" + hex(offset);
+  return function + (function.find('(') == std::string::npos ? "()" : "") + " in " + module;
+}
+
+bool CallSite::has_python() const {
+  return std::any_of(frames.begin(), frames.end(), [](const SiteFrame& f) { return f.python; });
+}
+
+std::string CallSite::text(size_t depth) const {
+  const bool py = has_python();
+  std::string out;
+  size_t shown = 0;
+  for (const auto& f : frames) {
+    if (shown == depth) break;
+    if (py != f.python) continue;
+    if (!py && f.function.empty() && shown > 0) continue;  // unnamed frames past the first
+    if (shown++) out += "  <- ";
+    out += f.text();
+  }
+  return out.empty() ? "(no frames)" : out;
+}
+
+std::string CallSite::folded() const {
+  std::string out;
+  // Outermost first: native frames below the Python ones (the interpreter runs them).
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+    if (it->python) continue;
+    std::string t = it->function.empty() ? it->module + "+" + hex(it->offset) : it->function;
+    std::replace(t.begin(), t.end(), ';', ':');
+    out += t + ";";
+  }
+  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+    if (!it->python) continue;
+    std::string t = it->text();
+    std::replace(t.begin(), t.end(), ';', ':');
+    out += t + ";";
+  }
+  out += call;
+  for (char& c : out) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return out;
+}
+
+std::vector<CallSite> top_sites(const std::vector<ResolvedSite>& sites, int pid,
+                                std::uint64_t cgroup_id, std::string_view call, size_t n) {
+  auto mine = [&](const ResolvedSite& s) {
+    if (pid > 0) return s.pid == pid;
+    return cgroup_id == 0 || s.cgroup_id == cgroup_id;
+  };
+  bool call_has_sites = false;
+  for (const auto& s : sites) {
+    if (mine(s) && s.site.call == call) call_has_sites = true;
+  }
+  std::map<std::pair<std::string, std::vector<SiteFrame>>, CallSite> merged;
+  std::uint64_t total = 0;
+  for (const auto& s : sites) {
+    if (!mine(s) || (call_has_sites && s.site.call != call)) continue;
+    auto [it, fresh] = merged.try_emplace({s.site.call, identity(s.site.frames)}, s.site);
+    if (!fresh) {
+      it->second.count += s.site.count;
+      it->second.stalled_ns += s.site.stalled_ns;
+    }
+    total += s.site.stalled_ns;
+  }
+  std::vector<CallSite> out;
+  for (auto& [key, site] : merged) {
+    site.share = total ? static_cast<double>(site.stalled_ns) / static_cast<double>(total) : 0;
+    out.push_back(std::move(site));
+  }
+  std::sort(out.begin(), out.end(), [](const CallSite& a, const CallSite& b) {
+    return a.stalled_ns != b.stalled_ns ? a.stalled_ns > b.stalled_ns : a.count > b.count;
+  });
+  if (out.size() > n) out.resize(n);
+  return out;
+}
+
+Json sites_to_json(const std::vector<CallSite>& sites) {
+  Json out = Json::array();
+  for (const auto& s : sites) {
+    Json frames = Json::array();
+    for (const auto& f : s.frames) {
+      Json j;
+      j["kind"] = f.python ? "python" : "native";
+      j["function"] = f.function;
+      if (f.python) {
+        j["file"] = f.file;
+        j["line"] = f.line;
+      } else {
+        j["module"] = f.module;
+        j["offset"] = f.offset;
+      }
+      frames.push_back(std::move(j));
+    }
+    out.push_back({{"call", s.call},
+                   {"share", json_value(s.share)},
+                   {"count", s.count},
+                   {"stalled_ns", s.stalled_ns},
+                   {"frames", std::move(frames)}});
+  }
+  return out;
+}
+
+std::vector<CallSite> sites_from_json(std::string_view text) {
+  std::vector<CallSite> out;
+  Json j = Json::parse(text, nullptr, false);
+  if (!j.is_array()) return out;
+  for (const auto& s : j) {
+    if (!s.is_object()) continue;
+    CallSite site;
+    site.call = s.value("call", "");
+    site.share = s.contains("share") && s["share"].is_number() ? s["share"].get<double>() : 0;
+    site.count = s.contains("count") && s["count"].is_number_unsigned() ? s["count"].get<std::uint64_t>() : 0;
+    site.stalled_ns = s.contains("stalled_ns") && s["stalled_ns"].is_number_unsigned()
+                          ? s["stalled_ns"].get<std::uint64_t>() : 0;
+    if (s.contains("frames") && s["frames"].is_array()) {
+      for (const auto& f : s["frames"]) {
+        if (!f.is_object()) continue;
+        SiteFrame frame;
+        frame.python = f.value("kind", "") == "python";
+        frame.function = f.value("function", "");
+        frame.file = f.value("file", "");
+        frame.line = f.contains("line") && f["line"].is_number_integer() ? f["line"].get<int>() : 0;
+        frame.module = f.value("module", "");
+        frame.offset = f.contains("offset") && f["offset"].is_number_unsigned() ? f["offset"].get<std::uint64_t>() : 0;
+        site.frames.push_back(std::move(frame));
+      }
+    }
+    out.push_back(std::move(site));
+  }
+  return out;
+}
+
+SiteResolver::SiteResolver(const host::Procfs& fs, const trace::PythonRegistry* python)
+    : python_(python),
+      native_(std::make_unique<trace::Symbolizer>(fs)),
+      py_(std::make_unique<trace::PyResolver>(fs)) {}
+
+SiteResolver::~SiteResolver() = default;
+
+void SiteResolver::resolve(OutlierWindow& window) {
+  const auto calls = trace::all_calls();
+  window.resolved.clear();
+  for (const auto& [key, raw] : window.sites) {
+    const auto& [tgid, call_id, native, python] = key;
+    ResolvedSite r;
+    r.pid = static_cast<int>(tgid);
+    r.cgroup_id = raw.cgroup_id;
+    r.call_id = call_id;
+    if (call_id < calls.size()) r.site.call = std::string(calls[call_id].name);
+    r.site.count = raw.count;
+    r.site.stalled_ns = raw.stalled_ns;
+    if (!python.empty() && python_) {
+      if (auto proc = python_->find(r.pid)) {
+        for (const auto& [code, instr] : python) {
+          auto f = py_->resolve(*proc, code, instr);
+          SiteFrame frame;
+          frame.python = true;
+          if (f) {
+            frame.function = f->function;
+            frame.file = f->file;
+            frame.line = f->line;
+          } else {
+            frame.function = "[unknown]";
+            frame.file = "?";
+          }
+          r.site.frames.push_back(std::move(frame));
+        }
+      }
+    }
+    for (auto& nf : native_->symbolize(r.pid, native)) {
+      SiteFrame frame;
+      frame.function = std::move(nf.function);
+      frame.module = std::move(nf.module);
+      frame.offset = nf.offset;
+      r.site.frames.push_back(std::move(frame));
+    }
+    window.resolved.push_back(std::move(r));
+  }
+}
+
+}  // namespace stallwatch::chains

@@ -1,0 +1,50 @@
+// Native frames of user stacks: an address in a process to (module, function, offset).
+// Owns: a cache of each process's mappings (re-read when an address falls outside them) and of
+// each file's function symbols, keyed by (device, inode) so every copy of a library, in any
+// container, is read once. Files are read with elf_symbols.h (bounded preads, never a mapping).
+// A stripped file shows `libfoo.so+0x1a2b` (the offset into the file). C++ names are demangled.
+// Thread-safety: not thread-safe (one owner, the pipeline thread).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/procfs.h"
+#include "trace/elf_symbols.h"
+#include "trace/proc_maps.h"
+
+namespace stallwatch::trace {
+
+struct NativeFrame {
+  std::string module;    // the file's base name; "[unknown]" when no mapping holds the address
+  std::string function;  // demangled; empty when the file has no symbol there
+  std::uint64_t offset = 0;  // into the function when named, else into the file
+};
+
+// "_ZN3foo3barEv" → "foo::bar()"; the name itself when it is not a mangled C++ name.
+std::string demangle(const std::string& name);
+
+class Symbolizer {
+ public:
+  explicit Symbolizer(const host::Procfs& fs) : fs_(fs) {}
+  // Return addresses, innermost first (each looked up at address - 1: inside the call).
+  std::vector<NativeFrame> symbolize(int pid, const std::vector<std::uint64_t>& ips);
+  void forget(int pid) { maps_.erase(pid); }
+
+ private:
+  struct File {
+    std::vector<ElfSymbol> by_offset;  // sorted by file_offset
+    bool readable = false;
+  };
+  const MapsEntry* mapping(int pid, std::uint64_t addr);
+  const File& file(int pid, const MapsEntry& m);
+
+  const host::Procfs& fs_;
+  std::map<int, std::vector<MapsEntry>> maps_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, File> files_;  // (device, inode)
+};
+
+}  // namespace stallwatch::trace
