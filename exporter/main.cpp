@@ -11,6 +11,7 @@
 #include "cli/export.h"
 #include "cli/mcp.h"
 #include "cli/query.h"
+#include "cli/stacks.h"
 #include "app/daemon.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
@@ -24,10 +25,12 @@ constexpr const char* kUsage =
     "  check     can this host trace? kernel, BTF, capabilities, cgroups, CUDA libraries,\n"
     "            the store (--db PATH, --json for machine-readable output)\n"
     "  explain   the incident report: causal chains with root cause, effect and fix\n"
-    "            (--since 1h, --cgroup PATH, --per-process, --json, --timeout 30s)\n"
+    "            (--since 1h, --cgroup PATH, --per-process, --stacks, --json, --timeout 30s)\n"
     "  query     read-only SQL over the chain store (--format table|csv|json, --timeout 30s)\n"
     "  export    the stored evidence as a timeline for Perfetto or chrome://tracing\n"
     "            (--format perfetto|chrome-json, --since 1h, --cgroup, --pid, -o FILE)\n"
+    "  stacks    folded stacks of the slow CUDA calls, weighted by stalled time, for flame\n"
+    "            graphs (--since 10m, --pid, --cgroup, --call)\n"
     "  mcp       a Model Context Protocol server on stdio for an assistant: explain, chains,\n"
     "            sites, query and check over the store, read-only (--db PATH)\n"
     "  demo      a synthetic incident through the real engine, store and /metrics; no root,\n"
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   if (cmd == "check") return stallwatch::cli::check_main(rest);
   if (cmd == "export") return stallwatch::cli::export_main(rest);
   if (cmd == "mcp") return stallwatch::cli::mcp_main(rest);
+  if (cmd == "stacks") return stallwatch::cli::stacks_main(rest);
   if (cmd == "version" || cmd == "--version") {
     std::cout << "stallwatch " << STALLWATCH_VERSION << " (" << STALLWATCH_REVISION << ")\n";
     return 0;

@@ -69,6 +69,7 @@ Json json_chain(const ReportChain& c) {
   Json& evidence = o["evidence"] = Json::object();
   for (const auto& [name, value] : c.evidence) evidence[name] = json_value(value);
   o["recommendation"] = c.recommendation;
+  o["sites"] = chains::sites_to_json(c.sites);
   return o;
 }
 
@@ -114,6 +115,7 @@ Json json_process(const ProcessStats& p) {
                           {"cpu_s", secs(k.cpu_ns)},
                           {"count", k.count}});
   }
+  o["sites"] = chains::sites_to_json(p.sites);
   return o;
 }
 
