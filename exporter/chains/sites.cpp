@@ -136,6 +136,20 @@ Json sites_to_json(const std::vector<CallSite>& sites) {
   return out;
 }
 
+namespace {
+
+// Typed reads of a JSON object that never throw: a member of another type reads as absent.
+std::string str(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+std::uint64_t unsigned_of(const Json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
+}
+
+}  // namespace
+
 std::vector<CallSite> sites_from_json(std::string_view text) {
   std::vector<CallSite> out;
   Json j = Json::parse(text, nullptr, false);
@@ -143,21 +157,20 @@ std::vector<CallSite> sites_from_json(std::string_view text) {
   for (const auto& s : j) {
     if (!s.is_object()) continue;
     CallSite site;
-    site.call = s.value("call", "");
+    site.call = str(s, "call");
     site.share = s.contains("share") && s["share"].is_number() ? s["share"].get<double>() : 0;
-    site.count = s.contains("count") && s["count"].is_number_unsigned() ? s["count"].get<std::uint64_t>() : 0;
-    site.stalled_ns = s.contains("stalled_ns") && s["stalled_ns"].is_number_unsigned()
-                          ? s["stalled_ns"].get<std::uint64_t>() : 0;
+    site.count = unsigned_of(s, "count");
+    site.stalled_ns = unsigned_of(s, "stalled_ns");
     if (s.contains("frames") && s["frames"].is_array()) {
       for (const auto& f : s["frames"]) {
         if (!f.is_object()) continue;
         SiteFrame frame;
-        frame.python = f.value("kind", "") == "python";
-        frame.function = f.value("function", "");
-        frame.file = f.value("file", "");
+        frame.python = str(f, "kind") == "python";
+        frame.function = str(f, "function");
+        frame.file = str(f, "file");
         frame.line = f.contains("line") && f["line"].is_number_integer() ? f["line"].get<int>() : 0;
-        frame.module = f.value("module", "");
-        frame.offset = f.contains("offset") && f["offset"].is_number_unsigned() ? f["offset"].get<std::uint64_t>() : 0;
+        frame.module = str(f, "module");
+        frame.offset = unsigned_of(f, "offset");
         site.frames.push_back(std::move(frame));
       }
     }
