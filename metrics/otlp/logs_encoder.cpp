@@ -54,6 +54,29 @@ std::string encode_record(const ChainEvent& e) {
     contributors += who.comm + " (pid " + std::to_string(who.pid) + ", " + who.role + ")";
   }
   text("stallwatch.chain.contributors", contributors);
+  // The top call site as OpenTelemetry's code attributes (semantic conventions 1.33+), its
+  // innermost Python frame when it has one, else its innermost named native one; the whole
+  // stack, innermost first, one frame per line.
+  if (!c.sites.empty()) {
+    const chains::CallSite& site = c.sites.front();
+    const chains::SiteFrame* top = nullptr;
+    for (const auto& f : site.frames) {
+      if (f.python || (!site.has_python() && !f.function.empty())) {
+        top = &f;
+        break;
+      }
+    }
+    if (top) {
+      text("code.function.name", top->function);
+      text("code.file.path", top->python ? top->file : top->module);
+      if (top->line > 0) write_attribute(r, 6, "code.line.number", std::int64_t{top->line});
+    }
+    std::string stack;
+    for (const auto& f : site.frames) stack += (stack.empty() ? "" : "\n") + f.text();
+    text("code.stacktrace", stack);
+    text("stallwatch.site", site.text());
+    number("stallwatch.site.share", site.share);
+  }
   r.fixed64_field(11, e.observed_ns);
   return r.take();
 }

@@ -435,6 +435,38 @@ TEST(OtlpLogsTest, RecordCarriesSeverityBodyAndEvidence) {
   EXPECT_EQ(attribute(records[0].bytes, 6, "process.pid"), "4242");
   EXPECT_EQ(attribute(records[0].bytes, 6, "stallwatch.chain.contributors"),
             "fluent-bit (pid 77, preemptor)");
+  // No site known: no code attributes.
+  EXPECT_EQ(attribute(records[0].bytes, 6, "code.function.name"), "<absent>");
+}
+
+TEST(OtlpLogsTest, TopSiteAsOpenTelemetryCodeAttributes) {
+  ChainLog log;
+  chains::Chain c = chain("s", chains::Severity::kHigh, true);
+  chains::CallSite site;
+  site.call = "cudaStreamSynchronize";
+  site.share = 0.83;
+  chains::SiteFrame settle, epoch, ffi;
+  settle.python = epoch.python = true;
+  settle.function = "settle";
+  settle.file = epoch.file = "/app/train.py";
+  settle.line = 87;
+  epoch.function = "epoch";
+  epoch.line = 120;
+  ffi.module = "libffi.so.8";
+  ffi.offset = 0x6f7a;
+  site.frames = {settle, epoch, ffi};
+  c.sites = {site};
+  const auto payloads = encode_chain_logs(log.select({c}, kStart + kS), {}, "9.9.9", kMaxRequestBytes);
+  ASSERT_EQ(payloads.size(), 1u);
+  const auto records = all(one(one(payloads[0].body, 1).bytes, 2).bytes, 2);
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(attribute(records[0].bytes, 6, "code.function.name"), "settle");
+  EXPECT_EQ(attribute(records[0].bytes, 6, "code.file.path"), "/app/train.py");
+  EXPECT_EQ(attribute(records[0].bytes, 6, "code.line.number"), "87");
+  EXPECT_EQ(attribute(records[0].bytes, 6, "code.stacktrace"),
+            "settle() at /app/train.py:87\nepoch() at /app/train.py:120\nlibffi.so.8+0x6f7a");
+  EXPECT_EQ(attribute(records[0].bytes, 6, "stallwatch.site"),
+            "settle() at /app/train.py:87  <- epoch() at /app/train.py:120");
 }
 
 // ---- configuration ----
