@@ -97,18 +97,22 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
     if (t.hits++ == 0) t.first_hit_ns = view.end_ns - view.window_ns;
     Chain c = std::move(f.chain);
     c.updated_ns = view.end_ns;
-    c.sites = top_sites(outliers.resolved, c.pid, 0, c.call);
-    if (c.pid == 0 && c.sites.empty()) {
-      // A chain about a cgroup: its processes' sites.
-      std::vector<ResolvedSite> of_cgroup;
+    {
+      // The chain's sites over its life: this window's outliers of its process (of the
+      // cgroup's processes for a chain about a cgroup) merged into what it had.
+      std::vector<ResolvedSite> pool;
       for (const auto& s : outliers.resolved) {
-        for (const auto& p : view.processes) {
-          if (p.pid == s.pid && p.cgroup == c.identity.cgroup) of_cgroup.push_back(s);
+        bool mine = c.pid > 0 && s.pid == c.pid;
+        if (c.pid <= 0) {
+          for (const auto& p : view.processes) {
+            if (p.pid == s.pid && p.cgroup == c.identity.cgroup) mine = true;
+          }
         }
+        if (mine) pool.push_back(s);
       }
-      c.sites = top_sites(of_cgroup, 0, 0, c.call);
+      for (const auto& prev : t.chain.sites) pool.push_back({c.pid, 0, 0, prev});
+      c.sites = top_sites(pool, 0, 0, c.call);
     }
-    if (c.sites.empty()) c.sites = t.chain.sites;  // keep the last window's that had any
     if (!t.has_chain) {
       const int need = f.once || f.immediate ? 1 : th.open_after;
       if (t.hits < need) {

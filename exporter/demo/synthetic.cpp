@@ -82,6 +82,9 @@ void SyntheticHost::calls(int pid, const CallMix& mix) {
   const std::uint64_t slowest = slow ? mix.tail_ns : mix.typical_ns;
   const std::uint64_t over = slow ? slow : (mix.typical_ns >= 1000000 ? mix.count : 0);
   if (slowest < 1000000) return;
+  auto& slow_here = slow_[{pid, id}];
+  slow_here.first += over;
+  slow_here.second += over * slowest;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(over, 16); i++) {
     trace::OutlierRecord e{};
     e.ts_ns = static_cast<std::uint64_t>(
@@ -96,6 +99,58 @@ void SyntheticHost::calls(int pid, const CallMix& mix) {
     std::strncpy(e.comm, it->second.comm.c_str(), sizeof(e.comm) - 1);
     outliers_.add(e);
   }
+}
+
+namespace {
+
+// Where a PyTorch training script would make the call: its line, the caller's, the interpreter.
+std::vector<chains::SiteFrame> synthetic_frames(std::string_view call) {
+  auto py = [](const char* fn, const char* file, int line) {
+    chains::SiteFrame f;
+    f.python = true;
+    f.function = fn;
+    f.file = file;
+    f.line = line;
+    return f;
+  };
+  chains::SiteFrame eval;
+  eval.function = "_PyEval_EvalFrameDefault";
+  eval.module = "libpython3.11.so.1.0";
+  eval.offset = 0x2a1;
+  if (call.starts_with("nccl")) {
+    return {py("all_reduce_grads", "/workspace/dist.py", 77), py("train_step", "/workspace/train.py", 142), eval};
+  }
+  if (call.find("Memcpy") != std::string_view::npos) {
+    return {py("Batch.to_device", "/workspace/data.py", 58), py("train_step", "/workspace/train.py", 131), eval};
+  }
+  if (call.find("Malloc") != std::string_view::npos || call.find("Alloc") != std::string_view::npos ||
+      call.find("MemCreate") != std::string_view::npos) {
+    return {py("Model.alloc_activations", "/workspace/model.py", 311), py("train_step", "/workspace/train.py", 136), eval};
+  }
+  if (call.find("Graph") != std::string_view::npos) {
+    return {py("capture_step", "/workspace/graphs.py", 44), py("train_step", "/workspace/train.py", 139), eval};
+  }
+  return {py("train_step", "/workspace/train.py", 142), py("main", "/workspace/train.py", 187), eval};
+}
+
+}  // namespace
+
+chains::OutlierWindow SyntheticHost::drain_outliers() {
+  chains::OutlierWindow w = outliers_.drain();
+  const auto calls = trace::all_calls();
+  for (const auto& [key, v] : slow_) {
+    if (v.first == 0 || key.second >= calls.size()) continue;
+    chains::ResolvedSite r;
+    r.pid = key.first;
+    r.call_id = key.second;
+    r.site.call = std::string(calls[key.second].name);
+    r.site.count = v.first;
+    r.site.stalled_ns = v.second;
+    r.site.frames = synthetic_frames(r.site.call);
+    w.resolved.push_back(std::move(r));
+  }
+  slow_.clear();
+  return w;
 }
 
 void SyntheticHost::memory(int pid, std::string_view call, std::uint64_t allocated,

@@ -96,7 +96,9 @@ class SyntheticHost {
   std::shared_ptr<Snapshot> snapshot(std::chrono::system_clock::time_point taken,
                                      std::chrono::nanoseconds window);
   // Outlier records of the slow calls since the last drain (as the ring buffer would send).
-  chains::OutlierWindow drain_outliers() { return outliers_.drain(); }
+  // Each (process, call) with slow calls gets a synthetic call site (a training script's line,
+  // chosen by the call's class), as SiteResolver would name a real one.
+  chains::OutlierWindow drain_outliers();
 
  private:
   std::vector<host::CpuStolen> stolen_;
@@ -127,6 +129,8 @@ class SyntheticHost {
   std::map<int, IoProc> io_procs_;
   std::map<std::string, Cgroup> cgroups_;
   chains::OutlierSink outliers_{256};
+  // Outliers this window per (pid, call id): count and stalled time, for drain_outliers' sites.
+  std::map<std::pair<int, std::uint32_t>, std::pair<std::uint64_t, std::uint64_t>> slow_;
   std::uint64_t sequence_ = 0;
 };
 

@@ -343,6 +343,7 @@ const std::map<std::string, std::string>& samples() {
       {"retention", "12h"},
       {"window", "2s"},
       {"outlier-threshold", "2ms"},
+      {"stacks", "off"},
       {"hang-threshold", "90s"},
       {"rescan-interval", "1m"},
       {"detach-linger", "5s"},
