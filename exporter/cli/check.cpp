@@ -35,6 +35,7 @@
 #include "metrics/otlp/config.h"
 #include "store/report.h"
 #include "trace/proc_maps.h"
+#include "trace/python.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 namespace stallwatch::cli {
@@ -440,6 +441,24 @@ CheckReport run_checks(const std::string& db) {
   r.items.push_back(kubernetes_check());
   r.items.push_back(store_check(db));
   r.items.push_back(cuda_libraries_check(r.libraries));
+  std::map<int, std::string> cuda_processes;
+  for (const CudaLibrary& lib : r.libraries) {
+    for (size_t i = 0; i < lib.pids.size(); ++i) {
+      cuda_processes[lib.pids[i]] = i < lib.comms.size() ? lib.comms[i] : "";
+    }
+  }
+  const host::Procfs fs;
+  for (const auto& [pid, comm] : cuda_processes) {
+    PythonFrames p;
+    p.pid = pid;
+    p.comm = comm;
+    auto found = trace::inspect_python(fs, pid);
+    p.frames = static_cast<bool>(found);
+    p.detail = found ? "Python 3." + std::to_string(found->layout.minor) + " frames (" +
+                           escape_name(found->interpreter) + ")"
+                     : "no Python frames: " + found.error().message;
+    r.python.push_back(std::move(p));
+  }
   return r;
 }
 
@@ -456,6 +475,13 @@ std::string render_text(const CheckReport& report) {
   out += "CUDA libraries:\n";
   if (report.libraries.empty()) out += "  none found\n";
   for (const CudaLibrary& lib : report.libraries) out += describe_library(lib) + '\n';
+  if (!report.python.empty()) {
+    out += "Call sites (explain, stacks):\n";
+    for (const PythonFrames& p : report.python) {
+      out += "  " + escape_name(p.comm) + " (PID " + std::to_string(p.pid) + "): " + p.detail +
+             (p.frames ? "" : "; native frames only") + "\n";
+    }
+  }
   out += report.tracing_possible() ? "tracing: possible\n"
                                    : "tracing: NOT possible \u2014 fix the failures above\n";
   return out;
@@ -477,6 +503,10 @@ std::string render_json(const CheckReport& report) {
                          {"mapped", lib.mapped},
                          {"pids", lib.pids},
                          {"processes", lib.comms}});
+  }
+  Json& python = out["python"] = Json::array();
+  for (const PythonFrames& p : report.python) {
+    python.push_back({{"pid", p.pid}, {"comm", p.comm}, {"frames", p.frames}, {"detail", p.detail}});
   }
   return dump_json(out);
 }

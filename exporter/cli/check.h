@@ -42,9 +42,18 @@ struct CudaLibrary {
   std::vector<std::string> comms;  // comms[i] is the comm of pids[i]
 };
 
+// Whether a CUDA process's slow calls will carry Python frames (issue #17), and why not.
+struct PythonFrames {
+  int pid = 0;
+  std::string comm;
+  bool frames = false;
+  std::string detail;  // "Python 3.12 frames (/usr/lib/libpython3.12.so.1.0)" or the reason
+};
+
 struct CheckReport {
   std::vector<CheckItem> items;
   std::vector<CudaLibrary> libraries;  // sorted by path
+  std::vector<PythonFrames> python;    // one per process mapping a CUDA library, by pid
   bool tracing_possible() const;       // no item is kFail
 };
 
@@ -57,7 +66,8 @@ CheckReport run_checks(const std::string& db = "/var/lib/stallwatch/stallwatch.d
 std::string render_text(const CheckReport& report);
 // One JSON object (no trailing newline):
 // {"ok":bool,"checks":[{"name","status","detail","fix"}],
-//  "libraries":[{"path","kind","mapped","pids":[...],"processes":[...]}]}
+//  "libraries":[{"path","kind","mapped","pids":[...],"processes":[...]}],
+//  "python":[{"pid","comm","frames":bool,"detail"}]}
 std::string render_json(const CheckReport& report);
 struct CheckOptions {
   std::string db = "/var/lib/stallwatch/stallwatch.db";  // --db: the store to look at
