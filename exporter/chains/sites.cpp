@@ -37,15 +37,45 @@ std::string SiteFrame::text() const {
   return function + (function.find('(') == std::string::npos ? "()" : "") + " in " + module;
 }
 
+bool library_file(std::string_view file) {
+  if (file.starts_with("<")) return true;
+  if (file.find("/site-packages/") != std::string_view::npos ||
+      file.find("/dist-packages/") != std::string_view::npos) {
+    return true;
+  }
+  // The standard library: .../lib/python3.N/<file>
+  auto at = file.find("/lib/python3.");
+  if (at == std::string_view::npos) return false;
+  size_t i = at + 13;
+  while (i < file.size() && file[i] >= '0' && file[i] <= '9') ++i;
+  return i < file.size() && file[i] == '/';
+}
+
+const SiteFrame* CallSite::user_frame() const {
+  const SiteFrame* first_python = nullptr;
+  for (const auto& f : frames) {
+    if (!f.python) continue;
+    if (!first_python) first_python = &f;
+    if (!library_file(f.file)) return &f;
+  }
+  if (first_python) return first_python;
+  for (const auto& f : frames) {
+    if (!f.function.empty()) return &f;
+  }
+  return nullptr;
+}
+
 bool CallSite::has_python() const {
   return std::any_of(frames.begin(), frames.end(), [](const SiteFrame& f) { return f.python; });
 }
 
 std::string CallSite::text(size_t depth) const {
   const bool py = has_python();
+  const SiteFrame* from = py ? user_frame() : nullptr;
   std::string out;
   size_t shown = 0;
   for (const auto& f : frames) {
+    if (from && &f < from) continue;  // library frames inside the user's line
     if (shown == depth) break;
     if (py != f.python) continue;
     if (!py && f.function.empty() && shown > 0) continue;  // unnamed frames past the first
@@ -57,18 +87,15 @@ std::string CallSite::text(size_t depth) const {
 
 std::string CallSite::folded() const {
   std::string out;
-  // Outermost first: native frames below the Python ones (the interpreter runs them).
-  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-    if (it->python) continue;
-    std::string t = it->function.empty() ? it->module + "+" + hex(it->offset) : it->function;
-    std::replace(t.begin(), t.end(), ';', ':');
-    out += t + ";";
-  }
-  for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-    if (!it->python) continue;
-    std::string t = it->text();
-    std::replace(t.begin(), t.end(), ';', ':');
-    out += t + ";";
+  for (bool python : {true, false}) {
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      if (it->python != python) continue;
+      std::string t = python              ? it->text()
+                      : it->function.empty() ? it->module + "+" + hex(it->offset)
+                                             : it->function;
+      std::replace(t.begin(), t.end(), ';', ':');
+      out += t + ";";
+    }
   }
   out += call;
   for (char& c : out) {
@@ -216,7 +243,11 @@ void SiteResolver::resolve(OutlierWindow& window) {
         }
       }
     }
-    for (auto& nf : native_->symbolize(r.pid, native)) {
+    auto named = native_->symbolize(r.pid, native);
+    // A frame-pointer walk that ran into code built without them ends in addresses no mapping
+    // holds: noise at the outer end, dropped.
+    while (!named.empty() && named.back().module == "[unknown]") named.pop_back();
+    for (auto& nf : named) {
       SiteFrame frame;
       frame.function = std::move(nf.function);
       frame.module = std::move(nf.module);

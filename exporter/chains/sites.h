@@ -49,12 +49,22 @@ struct CallSite {
 
   bool operator==(const CallSite&) const = default;
   bool has_python() const;
-  // The line explain shows: up to `depth` frames joined by "  <- ", Python ones when there
-  // are any (the native ones are the interpreter), else the named native ones.
+  // The frame a person would change: the innermost Python frame of their own code (not of an
+  // installed package, site-packages or dist-packages, nor of the standard library), else the
+  // innermost Python frame, else the innermost named native one; null when none.
+  const SiteFrame* user_frame() const;
+  // The line explain shows: up to `depth` frames joined by "  <- " from user_frame() outwards,
+  // Python ones when there are any, else the named native ones.
   std::string text(size_t depth = 3) const;
-  // Folded stack for flame graphs: outermost first, ';'-separated, then the call.
+  // Folded stack for flame graphs, outermost first, ';'-separated: the Python frames, then the
+  // native ones (the kernel's walk from the call reaches the C++ under Python and stops at an
+  // interpreter built without frame pointers), then the call.
   std::string folded() const;
 };
+
+// An installed package's or the standard library's file: "/usr/lib/python3.12/threading.py",
+// ".../site-packages/torch/cuda/__init__.py", "<frozen runpy>".
+bool library_file(std::string_view file);
 
 // A site resolved for one process in one window.
 struct ResolvedSite {

@@ -164,7 +164,7 @@ const char* const kExplainUsage =
     "  --cgroup PATH    only this cgroup and the cgroups below it\n"
     "  --per-process    add per-process CUDA call latency (p50/p99 of the merged histograms),\n"
     "                   off-CPU time, preemptions, the top preemptors and call sites\n"
-    "  --stacks         under each chain's call sites, their native frames too\n"
+    "  --stacks         under each chain's call sites, all their frames (Python and native)\n"
     "  --json           one JSON object instead of text\n"
     "  --timeout D      give up after D (default 30s; 100ms to 24h, 0 for none)\n";
 

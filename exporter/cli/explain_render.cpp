@@ -179,16 +179,14 @@ std::string process_name(const std::string& comm, int pid) {
 }
 
 // "settle() at /app/train.py:87  <- epoch() at /app/train.py:120   cudaStreamSynchronize, 83% of
-// the stalled time", and with --stacks the native frames under it.
+// the stalled time", and with --stacks every frame under it, innermost first.
 std::vector<std::string> site_lines(const std::vector<chains::CallSite>& sites, bool stacks) {
   std::vector<std::string> lines;
   for (const auto& s : sites) {
     lines.push_back(s.text() + "   " + s.call + ", " + percent(s.share) + " of the stalled time (" +
                     thousands(s.count) + (s.count == 1 ? " call)" : " calls)"));
     if (!stacks) continue;
-    for (const auto& f : s.frames) {
-      if (!f.python) lines.push_back("    " + f.text());
-    }
+    for (const auto& f : s.frames) lines.push_back("    " + f.text());
   }
   return lines;
 }

@@ -357,13 +357,7 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
     bind_opt(sites_, 6, s.api);
     sites_.bind(7, i64(s.site.count)).bind(8, i64(s.site.stalled_ns));
     sites_.bind(9, s.site.text());
-    const chains::SiteFrame* top = nullptr;
-    for (const auto& f : s.site.frames) {
-      if (f.python || (!s.site.has_python() && !f.function.empty())) {
-        top = &f;
-        break;
-      }
-    }
+    const chains::SiteFrame* top = s.site.user_frame();
     if (top) {
       bind_opt(sites_, 10, top->function);
       bind_opt(sites_, 11, top->python ? top->file : top->module);

@@ -54,18 +54,11 @@ std::string encode_record(const ChainEvent& e) {
     contributors += who.comm + " (pid " + std::to_string(who.pid) + ", " + who.role + ")";
   }
   text("stallwatch.chain.contributors", contributors);
-  // The top call site as OpenTelemetry's code attributes (semantic conventions 1.33+), its
-  // innermost Python frame when it has one, else its innermost named native one; the whole
-  // stack, innermost first, one frame per line.
+  // The top call site as OpenTelemetry's code attributes (semantic conventions 1.33+): its
+  // user frame (sites.h); the whole stack, innermost first, one frame per line.
   if (!c.sites.empty()) {
     const chains::CallSite& site = c.sites.front();
-    const chains::SiteFrame* top = nullptr;
-    for (const auto& f : site.frames) {
-      if (f.python || (!site.has_python() && !f.function.empty())) {
-        top = &f;
-        break;
-      }
-    }
+    const chains::SiteFrame* top = site.user_frame();
     if (top) {
       text("code.function.name", top->function);
       text("code.file.path", top->python ? top->file : top->module);

@@ -41,9 +41,19 @@ TEST(Sites, TextShowsPythonFramesInnermostFirstElseNamedNativeOnes) {
   EXPECT_EQ(s.text(), "settle() at /app/train.py:87  <- epoch() at /app/train.py:120  <- "
                       "main() at /app/train.py:200");
   EXPECT_EQ(s.folded(),
-            "_PyEval_EvalFrameDefault;libffi.so.8+0x6f7a;<module>() at /app/train.py:210;main() at "
-            "/app/train.py:200;epoch() at /app/train.py:120;settle() at /app/train.py:87;"
-            "cudaStreamSynchronize");
+            "<module>() at /app/train.py:210;main() at /app/train.py:200;epoch() at "
+            "/app/train.py:120;settle() at /app/train.py:87;_PyEval_EvalFrameDefault;"
+            "libffi.so.8+0x6f7a;cudaStreamSynchronize");
+  // Library frames inside the user's line are not what the line shows.
+  CallSite torch = site("cudaDeviceSynchronize", 1, {py("synchronize", 1162), py("settle", 13), py("step", 21)});
+  torch.frames[0].file = "/opt/venv/lib/python3.12/site-packages/torch/cuda/__init__.py";
+  EXPECT_EQ(torch.user_frame()->function, "settle");
+  EXPECT_EQ(torch.text(), "settle() at /app/train.py:13  <- step() at /app/train.py:21");
+  EXPECT_TRUE(library_file("/usr/lib/python3.12/threading.py"));
+  EXPECT_TRUE(library_file("/usr/local/lib/python3.10/dist-packages/x.py"));
+  EXPECT_TRUE(library_file("<frozen runpy>"));
+  EXPECT_FALSE(library_file("/app/lib/python3.12x/train.py"));
+  EXPECT_FALSE(library_file("/home/me/train.py"));
   CallSite c = site("cudaMemcpy", 1,
                     {native("", "app", 0x1234), native("load_batch", "app", 0x10),
                      native("std::vector<int>::push_back(int const&)", "app", 3)});
