@@ -61,6 +61,7 @@ SW_SHARED struct {
 /* Python frames being walked (python.bpf.h), copied into the outlier record after the walk. */
 struct py_scratch {
 	struct py_frame py[SW_PY_FRAMES];
+	__u8 frame[128 + 8]; /* one frame's first SW_PY_FRAME_BLOCK bytes; an offset & 127 stays inside */
 };
 SW_SHARED struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -74,7 +74,19 @@ static long sw_py_thread_step(__u64 i, void *arg)
 	return 0;
 }
 
-/* One frame, innermost first: keep it unless it is a shim; then its caller. */
+/* A field of the frame block read into s->frame (offsets < SW_PY_FRAME_BLOCK, user space checks). */
+static __always_inline __u64 sw_py_field(struct py_scratch *s, __u16 off)
+{
+	__u64 v;
+
+	__builtin_memcpy(&v, &s->frame[off & 127], sizeof(v));
+	return v;
+}
+
+/*
+ * One frame, innermost first: keep it unless it is a shim; then its caller. The frame's first
+ * SW_PY_FRAME_BLOCK bytes come in one read (one fault check instead of four).
+ */
 static long sw_py_frame_step(__u64 i, void *arg)
 {
 	struct sw_py_walk *w = arg;
@@ -88,24 +100,25 @@ static long sw_py_frame_step(__u64 i, void *arg)
 	s = bpf_map_lookup_elem(&py_scratch, &zero);
 	if (!s)
 		return 1;
-	code = sw_py_read_ptr(w->at + w->p.fr_code) & w->p.code_mask;
+	if (bpf_probe_read_user(s->frame, SW_PY_FRAME_BLOCK, (const void *)w->at))
+		return 1;
+	code = sw_py_field(s, w->p.fr_code) & w->p.code_mask;
 	if (w->p.fr_owner != SW_PY_NO_OWNER)
-		bpf_probe_read_user(&owner, sizeof(owner), (const void *)(w->at + w->p.fr_owner));
+		owner = s->frame[w->p.fr_owner & 127];
 	if (code && !(w->p.fr_owner != SW_PY_NO_OWNER && owner >= w->p.owner_cstack)) {
 		if (w->p.frame_kind == SW_PY_FRAME_OBJECT) {
-			int lasti = 0;
+			int lasti = (int)sw_py_field(s, w->p.fr_instr);
 
-			bpf_probe_read_user(&lasti, sizeof(lasti), (const void *)(w->at + w->p.fr_instr));
 			instr = lasti < 0 ? 0 : (__u64)lasti * 2; /* code units of 2 bytes */
 		} else {
-			instr = sw_py_read_ptr(w->at + w->p.fr_instr) - (code + w->p.code_adaptive);
+			instr = sw_py_field(s, w->p.fr_instr) - (code + w->p.code_adaptive);
 		}
 		s->py[w->n & (SW_PY_FRAMES - 1)].code = code;
 		s->py[w->n & (SW_PY_FRAMES - 1)].instr = (__u32)instr;
 		s->py[w->n & (SW_PY_FRAMES - 1)].pad = 0;
 		w->n++;
 	}
-	w->at = sw_py_read_ptr(w->at + w->p.fr_back);
+	w->at = sw_py_field(s, w->p.fr_back);
 	return 0;
 }
 

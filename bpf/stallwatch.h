@@ -28,6 +28,8 @@
 #define SW_PY_FRAMES 32
 /* Python threads searched for the calling one (python.bpf.h). */
 #define SW_PY_THREADS 64
+/* Bytes of a Python frame read at once: every field the walk needs lies in them. */
+#define SW_PY_FRAME_BLOCK 112
 
 /*
  * What a CUDA call does to memory (exporter/trace/calls.h MemOp): bits 44-47 of a runtime or

@@ -443,6 +443,15 @@ Result<PyProcess> inspect_python(const host::Procfs& fs, int pid) {
                         (why_table.empty() ? "no offsets known for this version" : why_table));
     }
     p.layout = *layout;
+    // The kernel reads the first SW_PY_FRAME_BLOCK bytes of a frame and takes every field
+    // from them.
+    const PyLayout& l = p.layout;
+    if (l.fr_code + 8 > SW_PY_FRAME_BLOCK || l.fr_back + 8 > SW_PY_FRAME_BLOCK ||
+        l.fr_instr + 8 > SW_PY_FRAME_BLOCK ||
+        (l.fr_owner != 0xffff && l.fr_owner + 1 > SW_PY_FRAME_BLOCK)) {
+      return make_error("CPython 3." + std::to_string(minor) + ": frame fields past byte " +
+                        std::to_string(SW_PY_FRAME_BLOCK) + " (not supported)");
+    }
     // Validate on the live process: its interpreter's first thread state points back at it.
     auto interp = mem.read_u64(p.runtime + p.layout.rt_interp_head);
     if (!interp || *interp == 0) {
