@@ -52,6 +52,7 @@ struct sw_py_walk {
 	__u64 at;         /* the thread state, then the frame, being looked at */
 	__u32 n;          /* frames kept */
 	__u32 found;
+	struct py_scratch *s; /* this CPU's scratch, looked up once */
 };
 
 /* One PyThreadState of the interpreter's list: stop at the calling thread's. */
@@ -90,15 +91,11 @@ static __always_inline __u64 sw_py_field(struct py_scratch *s, __u16 off)
 static long sw_py_frame_step(__u64 i, void *arg)
 {
 	struct sw_py_walk *w = arg;
-	__u32 zero = 0;
-	struct py_scratch *s;
+	struct py_scratch *s = w->s;
 	__u64 code, instr;
 	__u8 owner = 0;
 
-	if (!w->at || w->n >= SW_PY_FRAMES)
-		return 1;
-	s = bpf_map_lookup_elem(&py_scratch, &zero);
-	if (!s)
+	if (!w->at || w->n >= SW_PY_FRAMES || !s)
 		return 1;
 	if (bpf_probe_read_user(s->frame, SW_PY_FRAME_BLOCK, (const void *)w->at))
 		return 1;
@@ -154,8 +151,11 @@ static __always_inline void sw_py_walk(struct outlier_event *e)
 	w.at = sw_py_read_ptr(w.at + w.p.ts_frame);
 	if (w.p.frame_kind == SW_PY_FRAME_CFRAME && w.at)
 		w.at = sw_py_read_ptr(w.at + w.p.cframe_current);
+	w.s = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!w.s)
+		return;
 	bpf_loop(SW_PY_FRAMES * 2, sw_py_frame_step, &w, 0);
-	s = bpf_map_lookup_elem(&py_scratch, &zero);
+	s = w.s;
 	if (!s || !w.n)
 		return;
 	__builtin_memcpy(e->py, s->py, sizeof(e->py));
