@@ -19,6 +19,7 @@
 #include "common/strings.h"
 #include "stallwatch_version.h"
 #include "store/report.h"
+#include "store/schema.h"
 #include "store/sqlite.h"
 
 namespace stallwatch::cli {
@@ -110,8 +111,8 @@ Json tool_list(const std::string& version) {
                   {"description", "at most this many chains (default 50)"}}}}));
   tools.push_back(tool(
       "sites", "Top call sites",
-      "The source lines (file:line, function) that issued the slowest CUDA calls, once the "
-      "daemon records call stacks; says so when this store has none.",
+      "The source lines (function, file:line; the innermost frame of the user's own code) whose "
+      "CUDA calls stalled longest, from the stacks the daemon records with each slow call.",
       {{"since", string_prop("period, ending now (default 1h)")},
        {"limit", {{"type", "integer"}, {"minimum", 1}, {"maximum", 100},
                   {"description", "at most this many sites (default 10)"}}}}));
@@ -120,7 +121,8 @@ Json tool_list(const std::string& version) {
       "One read-only SQL statement (SQLite) against the store, as `stallwatch query`: writes, "
       "ATTACH and more than one statement are refused, and it stops after 30 s. Tables: "
       "windows, cgroups, processes, call_windows, process_windows, preemptor_windows, "
-      "outliers, inflight_windows, chains (docs/store.md); times are unix nanoseconds (ts_ns).",
+      "outliers, outlier_sites, inflight_windows, chains (docs/store.md); times are unix "
+      "nanoseconds (ts_ns).",
       {{"sql", string_prop("the statement, e.g. SELECT kind, severity, count(*) FROM chains "
                            "GROUP BY 1, 2")},
        {"max_rows", {{"type", "integer"}, {"minimum", 1}, {"maximum", kMaxQueryRows},
@@ -237,6 +239,58 @@ Result<store::Report> load(const std::string& db_path, store::ReportQuery q, std
   }
   if (!report) return make_error("reading " + db_path + ": " + report.error().message);
   return report;
+}
+
+// The sites tool: outlier_sites grouped by call and site line, most stalled time first.
+ToolOutput sites_tool(const std::string& path, std::chrono::nanoseconds since, std::int64_t limit,
+                      std::int64_t now_ns) {
+  ToolOutput out;
+  auto db = store::open_report_db(path);
+  if (!db) return failure(db.error().message);
+  auto version = store::schema_version(db->db.get());
+  if (!version) return failure("reading " + path + ": " + version.error().message);
+  if (*version < 8) {
+    out.text = "No call sites: this store predates them (schema " + std::to_string(*version) +
+               "; they came with schema 8). Use explain or chains for the slow calls.\n";
+    out.structured = Json{{"sites", Json::array()}, {"stacks_recorded", false}};
+  } else {
+    store::ReportQuery q;
+    q.now_ns = now_ns;
+    q.since_ns = since.count();
+    Json sites = Json::array();
+    std::string text;
+    const store::StatementDeadline deadline(db->db.get(), kToolTimeout);
+    auto done = store::each_period_row(
+        db->db.get(),
+        "SELECT call, function, file, line, site, sum(count), sum(stalled_ns), "
+        "count(DISTINCT pid) FROM outlier_sites WHERE ts_ns > ?1 AND ts_ns <= ?2 GROUP BY call, "
+        "site ORDER BY 7 DESC LIMIT " + std::to_string(limit),
+        q, [&](const store::Stmt& row) {
+          const double stalled_s = static_cast<double>(row.int64(6)) / 1e9;
+          Json j = {{"call", row.text(0)},
+                    {"function", row.text(1)},
+                    {"file", row.text(2)},
+                    {"line", row.is_null(3) ? Json(nullptr) : Json(row.int64(3))},
+                    {"site", row.text(4)},
+                    {"count", row.int64(5)},
+                    {"stalled_s", stalled_s},
+                    {"processes", row.int64(7)}};
+          text += row.text(4) + "   " + row.text(0) + ": " + std::to_string(row.int64(5)) +
+                  " slow calls, " + format_duration(std::chrono::nanoseconds(row.int64(6))) +
+                  " stalled\n";
+          sites.push_back(std::move(j));
+        });
+    if (!done) {
+      return failure(deadline.expired() ? "stopped after 30s; ask for a shorter period"
+                                             : "reading " + path + ": " + done.error().message);
+    }
+    out.text = sites.empty() ? "No call sites in the period (" + format_duration(since) +
+                                   "): no call reached the daemon's --outlier-threshold.\n"
+                             : "Top call sites by stalled time, " + format_duration(since) +
+                                   " up to now:\n" + text;
+    out.structured = Json{{"sites", std::move(sites)}, {"stacks_recorded", true}};
+  }
+  return out;
 }
 
 std::vector<std::string_view> split_lines(std::string_view s) {
@@ -414,10 +468,7 @@ Json McpServer::call_tool(const Json& params, std::int64_t now_ns) {
     auto limit = a.integer("limit", 10);
     if (!since) return err(since.error());
     if (!limit) return err(limit.error());
-    out.text =
-        "No call sites: this version of stallwatch does not record call stacks yet, so the "
-        "store holds none. Use explain or chains for the slow calls and their causes.\n";
-    out.structured = Json{{"sites", Json::array()}, {"stacks_recorded", false}};
+    out = sites_tool(o_.db, *since, *limit, now_ns);
   } else if (name == "query") {
     auto sql = a.str("sql", "");
     auto rows = a.integer("max_rows", kDefaultQueryRows);

@@ -64,11 +64,11 @@ TEST(McpTest, VersionNegotiationAndStructuredContent) {
   Json r = reply(s, R"({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}})");
   EXPECT_EQ(r["result"]["protocolVersion"], "2025-03-26");
   EXPECT_EQ(r["result"]["serverInfo"]["name"], "stallwatch");
-  r = reply(s, R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sites","arguments":{}}})");
+  r = reply(s, R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"check","arguments":{}}})");
   EXPECT_FALSE(r["result"].contains("structuredContent")) << "2025-03-26 has none";
   r = reply(s, R"({"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":"2025-06-18"}})");
-  r = reply(s, R"({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"sites","arguments":{}}})");
-  EXPECT_EQ(r["result"]["structuredContent"]["sites"], Json::array());
+  r = reply(s, R"({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"check","arguments":{}}})");
+  EXPECT_TRUE(r["result"]["structuredContent"].contains("checks")) << r.dump();
   r = reply(s, R"({"jsonrpc":"2.0","id":5,"method":"initialize","params":{}})");
   EXPECT_EQ(r["result"]["protocolVersion"], kMcpVersions[0]);
 }
@@ -76,6 +76,7 @@ TEST(McpTest, VersionNegotiationAndStructuredContent) {
 TEST(McpTest, AMissingDatabaseIsAToolErrorNotAProtocolOne) {
   McpServer s = server();
   for (const char* call : {R"({"name":"explain","arguments":{}})", R"({"name":"chains","arguments":{}})",
+                           R"({"name":"sites","arguments":{}})",
                            R"({"name":"query","arguments":{"sql":"SELECT 1"}})"}) {
     Json r = reply(s, std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":)") + call + "}");
     ASSERT_TRUE(r.contains("result")) << r.dump();

@@ -104,9 +104,15 @@ test('query is read-only and bounded', async () => {
 });
 
 test('sites and check answer', async () => {
-  const s = await client.callTool({ name: 'sites', arguments: {} });
-  assert.deepEqual(s.structuredContent.sites, []);
-  assert.match(s.content[0].text, /call stacks/);
+  // The demo's synthetic site: the training script's line.
+  const s = await client.callTool({ name: 'sites', arguments: { since: '7d' } });
+  assert.equal(s.structuredContent.stacks_recorded, true);
+  const top = s.structuredContent.sites[0];
+  assert.equal(top.call, 'cudaStreamSynchronize', JSON.stringify(s.structuredContent));
+  assert.equal(top.function, 'train_step');
+  assert.equal(top.file, '/workspace/train.py');
+  assert.equal(top.line, 142);
+  assert.match(s.content[0].text, /train_step\(\) at \/workspace\/train.py:142/);
   const c = await client.callTool({ name: 'check', arguments: {} });
   assert.ok(c.structuredContent.checks.some((k) => k.name === "btf"), JSON.stringify(c.structuredContent).slice(0, 300));
   assert.match(c.content[0].text, /btf/);
