@@ -300,7 +300,7 @@ std::optional<int> py_line_311(std::string_view table, int firstlineno, std::uin
   auto varint = [&]() -> std::uint64_t {
     std::uint64_t v = 0;
     unsigned shift = 0;
-    while (i < table.size() && shift < 60) {
+    while (i < table.size() && shift < 54) {  // at most 9 chunks: v < 2^54
       auto b = static_cast<unsigned char>(table[i++]);
       v |= static_cast<std::uint64_t>(b & 0x3f) << shift;
       shift += 6;
@@ -323,7 +323,7 @@ std::optional<int> py_line_311(std::string_view table, int firstlineno, std::uin
     if (code == 15) {
       has_line = false;
     } else if (code == 14) {
-      line += svarint();
+      line += svarint();  // |delta| < 2^59 and |line| < 2^31 below: no overflow
       varint();  // end line delta
       varint();  // column + 1
       varint();  // end column + 1
@@ -335,6 +335,7 @@ std::optional<int> py_line_311(std::string_view table, int firstlineno, std::uin
     } else {
       i += 1;  // short form: column bits
     }
+    if (line > INT32_MAX || line < INT32_MIN) return std::nullopt;  // corrupt: no such line
     if (instr >= addr && instr < addr + length) {
       if (!has_line) return std::nullopt;
       return static_cast<int>(line);
