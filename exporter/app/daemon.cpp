@@ -210,7 +210,15 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     auto snap = collector.collect(o.window, counts());
     snap->self = host::read_self_stats();
     chains::OutlierWindow drained = outliers.drain();
+    const auto naming = std::chrono::steady_clock::now();
     sites.resolve(drained);
+    if (const auto took = std::chrono::steady_clock::now() - naming;
+        took > std::chrono::milliseconds(250)) {
+      // The first stacks through a large library read its symbol table once (cached after).
+      SW_LOG(kInfo) << "naming " << drained.sites.size() << " call sites took "
+                    << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                    << " ms (symbol tables read for the first time are cached)";
+    }
     for (const auto& c : pipeline.window(std::move(snap), drained, host.sample())) {
       if (c.open && announced.insert(c.id).second) SW_LOG(kInfo) << "chain opened: " << c.summary;
       if (!c.open) {

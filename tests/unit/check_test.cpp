@@ -161,7 +161,23 @@ TEST(RenderTest, Json) {
             R"j("libraries":[{"path":"/usr/lib/libcuda.so.1","kind":"cuda","mapped":true,)j"
             R"j("pids":[12,345],"processes":["python3","pt_main\tthread"]},)j"
             R"j({"path":"/opt/libnccl.so.2","kind":"nccl","mapped":false,"pids":[],)j"
-            R"j("processes":[]}]})j");
+            R"j("processes":[]}],"python":[]})j");
+  r.python.push_back({12, "python3", true, "Python 3.12 frames (/usr/lib/libpython3.12.so.1.0)"});
+  r.python.push_back({345, "pt_main\tthread", false, "no Python frames: not CPython"});
+  EXPECT_TRUE(render_json(r).ends_with(
+      R"j("python":[{"pid":12,"comm":"python3","frames":true,"detail":"Python 3.12 frames )j"
+      R"j((/usr/lib/libpython3.12.so.1.0)"},{"pid":345,"comm":"pt_main\tthread","frames":false,)j"
+      R"j("detail":"no Python frames: not CPython"}]})j"))
+      << render_json(r);
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("  python3 (PID 12): Python 3.12 frames (/usr/lib/libpython3.12.so.1.0)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("  pt_main\\tthread (PID 345): no Python frames: not CPython; native "
+                      "frames only\n"),
+            std::string::npos)
+      << text;
+  r.python.clear();
   r.items.push_back({"btf", Status::kFail, "missing", "rebuild"});
   r.libraries.clear();
   EXPECT_FALSE(r.tracing_possible());
@@ -169,7 +185,7 @@ TEST(RenderTest, Json) {
   EXPECT_TRUE(json.starts_with(R"j({"ok":false,"checks":[)j"));
   EXPECT_NE(json.find(R"j({"name":"btf","status":"fail","detail":"missing","fix":"rebuild"})j"),
             std::string::npos);
-  EXPECT_TRUE(json.ends_with(R"j(],"libraries":[]})j"));
+  EXPECT_TRUE(json.ends_with(R"j(],"libraries":[],"python":[]})j"));
 }
 
 TEST(RenderTest, Text) {
