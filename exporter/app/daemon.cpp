@@ -158,7 +158,8 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   trace::Discovery discovery(
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
-       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries},
+       std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries,
+       o.library_dirs, o.attach_on_disk},
       fs);
   trace::EventQueue lib_events;
   // Python frames: the registry follows the CUDA processes discovery finds (--stacks=on).

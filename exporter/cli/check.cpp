@@ -7,7 +7,6 @@
 #include <bpf/libbpf.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <linux/capability.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -34,6 +33,7 @@
 #include "identity/kube_metadata.h"
 #include "metrics/otlp/config.h"
 #include "store/report.h"
+#include "trace/library_files.h"
 #include "trace/proc_maps.h"
 #include "trace/python.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
@@ -289,60 +289,12 @@ CheckItem memlock_check() {
           ""};
 }
 
-// Directories that hold CUDA libraries on common hosts and images; globbed, never recursed.
-std::vector<std::string> library_dirs() {
-  static constexpr const char* kDirs[] = {
-      "/usr/lib/x86_64-linux-gnu",
-      "/usr/lib/aarch64-linux-gnu",
-      "/usr/lib64",
-      "/usr/local/cuda*/lib64",
-      "/usr/local/cuda*/targets/*/lib",
-      "/usr/local/lib",
-      "/opt/conda/lib",
-      "/opt/conda/envs/*/lib",
-  };
-  static constexpr const char* kSitePackages[] = {
-      "/usr/lib/python3*/site-packages",         "/usr/lib/python3*/dist-packages",
-      "/usr/local/lib/python3*/site-packages",   "/usr/local/lib/python3*/dist-packages",
-      "/opt/conda/lib/python3*/site-packages",   "/opt/conda/envs/*/lib/python3*/site-packages",
-      "/root/.local/lib/python3*/site-packages", "/home/*/.local/lib/python3*/site-packages",
-  };
-  std::vector<std::string> patterns(std::begin(kDirs), std::end(kDirs));
-  for (const char* sp : kSitePackages) {
-    patterns.push_back(std::string(sp) + "/nvidia/*/lib");
-    patterns.push_back(std::string(sp) + "/torch/lib");
-  }
-  std::vector<std::string> dirs;
-  for (const std::string& pattern : patterns) {
-    glob_t g{};
-    if (glob(pattern.c_str(), GLOB_ONLYDIR | GLOB_NOSORT, nullptr, &g) == 0) {
-      for (size_t i = 0; i < g.gl_pathc; ++i) dirs.emplace_back(g.gl_pathv[i]);
-    }
-    globfree(&g);
-  }
-  return dirs;
-}
-
-// Regular files only (the libcuda.so -> libcuda.so.1 -> libcuda.so.550.x chain counts once),
-// keyed by canonical path.
+// The CUDA library files in the standard directories (trace/library_files.h), by canonical path.
 void scan_disk(std::map<std::string, CudaLibrary>& libs) {
-  for (const std::string& dir : library_dirs()) {
-    DIR* d = opendir(dir.c_str());
-    if (d == nullptr) continue;
-    while (const dirent* e = readdir(d)) {
-      const std::optional<trace::Api> api = trace::api_of_library(e->d_name);
-      if (!api) continue;
-      const std::string path = dir + "/" + e->d_name;
-      struct stat st;
-      if (lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      char* real = realpath(path.c_str(), nullptr);
-      if (real == nullptr) continue;
-      CudaLibrary& lib = libs[real];
-      lib.path = real;
-      lib.kind = library_kind(*api);
-      std::free(real);
-    }
-    closedir(d);
+  for (const trace::LibraryFile& f : trace::cuda_library_files(trace::library_dirs())) {
+    CudaLibrary& lib = libs[f.path];
+    lib.path = f.path;
+    lib.kind = library_kind(f.api);
   }
 }
 

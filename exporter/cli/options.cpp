@@ -67,6 +67,12 @@ po::options_description run_options_description() {
      "cgroup=\"_overflow\" (default 256)")
     ("max-libraries", po::value<std::string>(), "CUDA library files (container image copies) "
      "traced at once, ~42 probes each; more are refused, logged and counted (default 128)")
+    ("library-dirs", po::value<std::string>(), "comma list of directories whose CUDA library "
+     "files get probes at start and at each rescan, before any process maps them (no first "
+     "calls lost after a dlopen)")
+    ("attach-on-disk", po::value<std::string>(), "true: also attach the CUDA libraries of the "
+     "standard directories (CUDA toolkit, distribution, conda, pip wheels) at start (default "
+     "false: each file is attached when a process first maps it)")
     ("kube-api", po::value<std::string>(), "Kubernetes API server for pod/namespace/container "
      "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
     ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
@@ -296,6 +302,28 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     auto n = bounded_count(*max_libraries, source, 1, 4096);
     if (!n) return n.error();
     o.max_libraries = static_cast<size_t>(*n);
+  }
+  if (const std::string* dirs = text_flag(flags, "library-dirs", &source)) {
+    size_t start = 0;
+    while (start <= dirs->size()) {
+      size_t comma = dirs->find(',', start);
+      if (comma == std::string::npos) comma = dirs->size();
+      std::string d = dirs->substr(start, comma - start);
+      if (!d.empty()) {
+        if (d[0] != '/') return make_error(source + ": " + d + " is not an absolute path");
+        o.library_dirs.push_back(std::move(d));
+      }
+      start = comma + 1;
+    }
+  }
+  if (const std::string* on_disk = text_flag(flags, "attach-on-disk", &source)) {
+    if (*on_disk == "true") {
+      o.attach_on_disk = true;
+    } else if (*on_disk == "false") {
+      o.attach_on_disk = false;
+    } else {
+      return make_error(source + " " + *on_disk + ": expected true or false");
+    }
   }
   auto log = log_settings(flags);
   if (!log) return log.error();

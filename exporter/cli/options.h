@@ -37,6 +37,8 @@ struct RunOptions {
   std::chrono::nanoseconds detach_linger = std::chrono::seconds(30);
   size_t max_cgroups = 256;
   size_t max_libraries = 128;  // --max-libraries
+  std::vector<std::string> library_dirs;  // --library-dirs: attached before any process maps them
+  bool attach_on_disk = false;            // --attach-on-disk: the standard directories too
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "trace/library_files.h"
 
 namespace stallwatch::trace {
 namespace {
@@ -140,7 +141,10 @@ bool Discovery::scan_process(int pid) {
         }
         continue;
       }
+      const auto started = std::chrono::steady_clock::now();
       auto probes = LibraryProbes::attach(programs_, path, lib.api);
+      const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - started);
       if (!probes) {
         // A file that cannot be traced stays so; a transient failure is retried next scan.
         const bool again = transient(probes.error().err);
@@ -161,7 +165,7 @@ bool Discovery::scan_process(int pid) {
       retrying_.erase(key);
       SW_LOG(kInfo) << "tracing " << escape_name(lib.path) << " (" << api_name(lib.api) << ", pid " << pid
                     << "): " << (*probes)->attached_symbols().size() << " symbols, "
-                    << (*probes)->probe_count() << " probes";
+                    << (*probes)->probe_count() << " probes in " << took.count() << " ms";
       if (!(*probes)->missing_calls().empty()) {
         SW_LOG(kWarn) << escape_name(lib.path) << " does not export " << join((*probes)->missing_calls())
                       << "; those calls are not traced in it";
@@ -201,7 +205,55 @@ void Discovery::forget_process(int pid) {
   if (on_gone_) on_gone_(pid);
 }
 
+void Discovery::attach_on_disk() {
+  std::set<FileKey> seen;
+  std::vector<std::string> dirs = options_.attach_on_disk ? library_dirs(options_.library_dirs)
+                                                         : options_.library_dirs;
+  for (const LibraryFile& f : cuda_library_files(dirs)) {
+    FileHandle file(f.path);
+    struct stat st {};
+    if (file.fd < 0 || ::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const FileKey key{st.st_dev, st.st_ino};
+    seen.insert(key);
+    if (auto it = libraries_.find(key); it != libraries_.end()) {
+      it->second.on_disk = true;
+      continue;
+    }
+    if (failed_.count(key) || refused_.count(key)) continue;
+    if (libraries_.size() >= options_.max_libraries) {
+      refused_.insert(key);
+      refused_libraries_++;
+      SW_LOG(kWarn) << "not attaching " << escape_name(f.path) << " before use: "
+                    << options_.max_libraries
+                    << " library files are traced already (--max-libraries); it is attached "
+                       "when a process maps it and one of them is unused";
+      continue;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    auto probes = LibraryProbes::attach(programs_, file.proc_path(), f.api);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    if (!probes) {
+      if (!transient(probes.error().err)) failed_.emplace(key, probes.error().message);
+      SW_LOG(kWarn) << "not tracing " << escape_name(f.path) << ": " << probes.error().message;
+      continue;
+    }
+    SW_LOG(kInfo) << "tracing " << escape_name(f.path) << " (" << api_name(f.api)
+                  << ", on disk, before any process maps it): "
+                  << (*probes)->attached_symbols().size() << " symbols, "
+                  << (*probes)->probe_count() << " probes in " << took.count() << " ms";
+    Library lib{f.path, std::move(*probes), {}};
+    lib.on_disk = true;
+    libraries_.emplace(key, std::move(lib));
+  }
+  // A file replaced or removed since (a package upgrade): its probes go once unused.
+  for (auto& [key, lib] : libraries_) {
+    if (!seen.count(key)) lib.on_disk = false;
+  }
+}
+
 size_t Discovery::scan_all() {
+  if (options_.attach_on_disk || !options_.library_dirs.empty()) attach_on_disk();
   std::set<int> alive;
   for (int pid : list_pids(fs_)) {
     alive.insert(pid);
@@ -259,7 +311,7 @@ void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
     } else if (lib.unused_since == std::chrono::steady_clock::time_point{}) {
       lib.unused_since = now;
     }
-    if (lib.pids.empty() && now - lib.unused_since >= options_.detach_linger) {
+    if (lib.pids.empty() && !lib.on_disk && now - lib.unused_since >= options_.detach_linger) {
       SW_LOG(kInfo) << "detaching from " << escape_name(lib.path) << ": no process has mapped it for "
                     << std::chrono::duration_cast<std::chrono::seconds>(options_.detach_linger).count()
                     << "s";

@@ -41,6 +41,12 @@ struct DiscoveryOptions {
   // processes and restarts do not churn attach/detach.
   std::chrono::milliseconds detach_linger{std::chrono::seconds(30)};
   size_t max_libraries = 128;  // --max-libraries: library files with probes at once
+  // --library-dirs: probes on the CUDA library files of these directories at start and at
+  // each full scan, before any process maps them, so a process that calls right after dlopen
+  // loses no call. --attach-on-disk adds the standard directories (library_files.h). Files
+  // elsewhere are attached when first mapped, tens of milliseconds after.
+  std::vector<std::string> library_dirs;
+  bool attach_on_disk = false;
 };
 
 // Library-mapping events from the ring-buffer thread to the discovery thread. push() only
@@ -119,6 +125,7 @@ class Discovery {
     std::unique_ptr<LibraryProbes> probes;
     std::set<int> pids;
     std::chrono::steady_clock::time_point unused_since{};  // set while pids is empty
+    bool on_disk = false;  // found in a library directory at the latest full scan: kept
   };
   struct Pending {
     std::chrono::steady_clock::time_point next;
@@ -127,6 +134,8 @@ class Discovery {
 
   // Scans one process; true if it maps at least one traced library.
   bool scan_process(int pid);
+  // Attaches the library files of the library directories not traced yet (full scans only).
+  void attach_on_disk();
   void forget_process(int pid);
   void publish_counts();
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "support/harness.h"
+#include "support/process.h"
 
 namespace stallwatch::test {
 namespace {
@@ -204,6 +205,46 @@ TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {
                         {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
             4);
   EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
+}
+
+// Issue #19: the library files of a --library-dirs directory get their probes at start, before
+// any process maps them: a process that calls right after its dlopen (no start delay) has
+// every call counted, and the file keeps its probes while no process maps it.
+TEST(Preattach, LibraryDirsAreAttachedBeforeUseSoNoFirstCallIsLost) {
+  char dir[] = "/tmp/stallwatch-preattach-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string copy = std::string(dir) + "/libcudart.so.12", out = std::string(dir) + "/out";
+  {
+    std::ifstream in(kCudart, std::ios::binary);
+    std::ofstream to(copy, std::ios::binary);
+    to << in.rdbuf();
+  }
+  Daemon daemon({"--window", "500ms", "--library-dirs", dir, "--detach-linger", "500ms"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  EXPECT_NE(slurp(daemon.log_path()).find(copy + " (runtime, on disk, before any process maps it)"),
+            std::string::npos)
+      << slurp(daemon.log_path());
+  TestCgroup cg(unique("preattach"));
+  Spawn s;
+  s.argv = {STACK_APP_BIN, copy, "3000"};  // dlopen, then 3,000 syncs at once
+  s.cgroup_dir = cg.dir();
+  s.output_path = out;
+  Child app(s);
+  ASSERT_TRUE(poll_until([&] { return slurp(out).find("done") != std::string::npos; },
+                         std::chrono::seconds(30)));
+  ASSERT_TRUE(daemon.wait_windows(2)) << daemon.log_path();
+  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()),
+                        "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaStreamSynchronize"}}),
+            3000);
+  app.stop();
+  // Unmapped for longer than the linger: still attached, ready for the next process.
+  ASSERT_TRUE(daemon.wait_windows(4)) << daemon.log_path();
+  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()), "stallwatch_attached_libraries", {}), 1);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
+  unlink(copy.c_str());
+  unlink(out.c_str());
+  rmdir(dir);
 }
 
 // Past --max-cgroups, new cgroups fold into one overflow series instead of adding series.

@@ -344,6 +344,8 @@ const std::map<std::string, std::string>& samples() {
       {"window", "2s"},
       {"outlier-threshold", "2ms"},
       {"stacks", "off"},
+      {"library-dirs", "/opt/cuda/lib"},
+      {"attach-on-disk", "true"},
       {"hang-threshold", "90s"},
       {"rescan-interval", "1m"},
       {"detach-linger", "5s"},
