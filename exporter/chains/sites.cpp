@@ -5,6 +5,7 @@
 #include <map>
 
 #include "chains/outliers.h"
+#include "common/strings.h"
 #include "trace/calls.h"
 #include "trace/python.h"
 #include "trace/symbolizer.h"
@@ -232,8 +233,10 @@ void SiteResolver::resolve(OutlierWindow& window) {
           SiteFrame frame;
           frame.python = true;
           if (f) {
-            frame.function = f->function;
-            frame.file = f->file;
+            // Names and paths come from the process's memory: whatever it put there is shown
+            // escaped, so no frame can add a line to explain or split a folded stack.
+            frame.function = escape_name(f->function);
+            frame.file = escape_name(f->file);
             frame.line = f->line;
           } else {
             frame.function = "[unknown]";
@@ -249,8 +252,8 @@ void SiteResolver::resolve(OutlierWindow& window) {
     while (!named.empty() && named.back().module == "[unknown]") named.pop_back();
     for (auto& nf : named) {
       SiteFrame frame;
-      frame.function = std::move(nf.function);
-      frame.module = std::move(nf.module);
+      frame.function = escape_name(nf.function);  // symbol and file names are the host's
+      frame.module = escape_name(nf.module);
       frame.offset = nf.offset;
       r.site.frames.push_back(std::move(frame));
     }

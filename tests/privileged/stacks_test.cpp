@@ -259,6 +259,32 @@ TEST(Stacks, NativeFramesAreNamedAStrippedCopyShowsOffsetsAndNeitherGetsPythonFr
   }
   named.stop();
   bare.stop();
+  // A Python function whose name and file name carry a newline and an escape character (what
+  // a process can put in its own code objects) shows escaped, one line per stack.
+  std::vector<std::string> unused;
+  const auto pythons = interpreters(unused);
+  if (!pythons.empty()) {
+    Spawn evil;
+    evil.argv = {pythons.front().path, "-c",
+                 "import ctypes, sys\n"
+                 "lib = ctypes.CDLL(sys.argv[1])\n"
+                 "def f():\n    lib.cudaStreamSynchronize(None)\n"
+                 "f.__code__ = f.__code__.replace(co_name='evil\\nname\\x1b[31m', "
+                 "co_filename='/tmp/x\\ny.py')\n"
+                 "for _ in range(1000): f()\n",
+                 kCudart};
+    evil.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "1500"}};
+    evil.output_path = "/dev/null";
+    Child e(evil);
+    const int evil_pid = e.pid();
+    EXPECT_EQ(e.wait(std::chrono::seconds(30)), 0);
+    ASSERT_TRUE(daemon.wait_windows(2)) << daemon.log_path();
+    const std::string folded = stacks_of(daemon, evil_pid);
+    EXPECT_NE(folded.find("evil\\nname\\x1b[31m() at /tmp/x\\ny.py:"), std::string::npos) << folded;
+    for (char ch : folded) {
+      EXPECT_TRUE(static_cast<unsigned char>(ch) >= 0x20 || ch == '\n') << static_cast<int>(ch);
+    }
+  }
   // No warning about either: a process that is not Python is the common case.
   const std::string log = slurp(daemon.log_path());
   EXPECT_EQ(log.find("no Python frames"), std::string::npos) << log;
