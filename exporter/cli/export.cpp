@@ -441,14 +441,9 @@ int export_main(const std::vector<std::string>& args) {
   }
   if (vm->count("cgroup")) q.period.cgroup = (*vm)["cgroup"].as<std::string>();
   if (vm->count("pid")) {
-    const std::string v = (*vm)["pid"].as<std::string>();
-    char* end = nullptr;
-    errno = 0;
-    const long pid = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno == ERANGE || pid < 1 || pid > 4194304) {
-      return usage_error("--pid '" + v + "' is not a process id (1 to 4194304)");
-    }
-    q.pid = static_cast<int>(pid);
+    auto pid = read_pid((*vm)["pid"].as<std::string>());
+    if (!pid) return usage_error(pid.error().message);
+    q.pid = *pid;
   }
   std::chrono::nanoseconds timeout = kDefaultReadTimeout;
   if (vm->count("timeout")) {

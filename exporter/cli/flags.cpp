@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <map>
 
 #include "common/duration.h"
@@ -222,6 +224,16 @@ Result<std::chrono::nanoseconds> read_timeout(const std::string& text, std::stri
                       " is out of range: use 100ms to 24h, or 0 for no limit");
   }
   return *d;
+}
+
+Result<int> read_pid(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long pid = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || pid < 1 || pid > 4194304) {
+    return make_error("--pid '" + text + "' is not a process id (1 to 4194304)");
+  }
+  return static_cast<int>(pid);
 }
 
 }  // namespace stallwatch::cli

@@ -82,6 +82,9 @@ class LayeredFlags {
 inline constexpr std::chrono::seconds kDefaultReadTimeout{30};
 Result<std::chrono::nanoseconds> read_timeout(const std::string& text, std::string_view flag);
 
+// --pid of the store readers (`export`, `stacks`): 1 to 4194304 (PID_MAX_LIMIT).
+Result<int> read_pid(const std::string& text);
+
 // --log.level, --log.format and -v/--verbose (an alias of --log.level=debug).
 void add_log_flags(po::options_description& desc);
 // The settings from the first layer that sets --log.level or -v, and the first that sets

@@ -100,6 +100,22 @@ const std::string* text_flag(const LayeredFlags& flags, const char* name, std::s
   return v ? &v->as<std::string>() : nullptr;
 }
 
+// A two-valued flag: `yes` (or true) sets `out`, `no` (or false) clears it; absent leaves it.
+Result<Ok> switch_flag(const LayeredFlags& flags, const char* name, const char* yes,
+                       const char* no, bool& out) {
+  std::string source;
+  const std::string* v = text_flag(flags, name, &source);
+  if (!v) return Ok{};
+  if (*v == yes || *v == "true") {
+    out = true;
+  } else if (*v == no || *v == "false") {
+    out = false;
+  } else {
+    return make_error(source + " " + *v + ": expected " + yes + " or " + no);
+  }
+  return Ok{};
+}
+
 // The documented range of every duration flag of run (README "Flag ranges"): a value outside
 // it is refused at parse time, so `--window 1ns` or `--retention 100000d` never reach the
 // daemon.
@@ -258,24 +274,12 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   if (const std::string* ladder = text_flag(flags, "metrics.histogram-ladder", &source)) {
     if (auto r = set_histogram_ladder(*ladder, source, o.exposition); !r) return r.error();
   }
-  if (const std::string* classic = text_flag(flags, "web.classic-histograms", &source)) {
-    if (*classic == "true") {
-      o.web_classic_histograms = true;
-    } else if (*classic == "false") {
-      o.web_classic_histograms = false;
-    } else {
-      return make_error(source + " " + *classic + ": expected true or false");
-    }
+  if (auto r = switch_flag(flags, "web.classic-histograms", "true", "false",
+                           o.web_classic_histograms);
+      !r) {
+    return r.error();
   }
-  if (const std::string* stacks = text_flag(flags, "stacks", &source)) {
-    if (*stacks == "on" || *stacks == "true") {
-      o.stacks = true;
-    } else if (*stacks == "off" || *stacks == "false") {
-      o.stacks = false;
-    } else {
-      return make_error(source + " " + *stacks + ": expected on or off");
-    }
-  }
+  if (auto r = switch_flag(flags, "stacks", "on", "off", o.stacks); !r) return r.error();
   if (const std::string* max = text_flag(flags, "web.max-connections", &source)) {
     auto n = bounded_count(*max, source, 4, 10000);
     if (!n) return n.error();
@@ -316,14 +320,8 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
       start = comma + 1;
     }
   }
-  if (const std::string* on_disk = text_flag(flags, "attach-on-disk", &source)) {
-    if (*on_disk == "true") {
-      o.attach_on_disk = true;
-    } else if (*on_disk == "false") {
-      o.attach_on_disk = false;
-    } else {
-      return make_error(source + " " + *on_disk + ": expected true or false");
-    }
+  if (auto r = switch_flag(flags, "attach-on-disk", "true", "false", o.attach_on_disk); !r) {
+    return r.error();
   }
   auto log = log_settings(flags);
   if (!log) return log.error();

@@ -1,8 +1,6 @@
 #include "cli/stacks.h"
 
-#include <cerrno>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 
 #include "cli/flags.h"
@@ -74,15 +72,11 @@ int stacks_main(const std::vector<std::string>& args) {
     q.since_ns = d->count();
   }
   if (vm->count("cgroup")) q.cgroup = (*vm)["cgroup"].as<std::string>();
-  long pid = 0;
+  int pid = 0;
   if (vm->count("pid")) {
-    const std::string v = (*vm)["pid"].as<std::string>();
-    char* end = nullptr;
-    errno = 0;
-    pid = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || errno == ERANGE || pid < 1 || pid > 4194304) {
-      return usage_error("--pid '" + v + "' is not a process id (1 to 4194304)");
-    }
+    auto parsed = read_pid((*vm)["pid"].as<std::string>());
+    if (!parsed) return usage_error(parsed.error().message);
+    pid = *parsed;
   }
   std::string call;
   if (vm->count("call")) call = (*vm)["call"].as<std::string>();
