@@ -14,12 +14,12 @@
 #ifdef SW_DEFINE_SHARED_MAPS
 const volatile __u64 outlier_threshold_ns = 1000000;
 const volatile bool capture_stacks = true; /* --stacks */
+__u64 never_used_slots; /* call_slots from here on were never handed out */
 #else
 extern const volatile __u64 outlier_threshold_ns;
 extern const volatile bool capture_stacks;
+extern __u64 never_used_slots;
 #endif
-
-static const struct call_stats zero_call_stats;
 
 /* The thread's state, created at its first call; adds a newly seen cgroup to watched_cgroups. */
 static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
@@ -139,24 +139,80 @@ static __always_inline struct call_frame *sw_call_exit(struct thread_state *t, _
 	return NULL;
 }
 
+/* A slot for key: a freed one, else a never-used one; SW_CALL_SLOTS when none is left. */
+static __always_inline __u32 sw_new_slot(const struct call_key *key)
+{
+	__u32 slot, *found;
+
+	if (bpf_map_pop_elem(&free_call_slots, &slot)) {
+		__u64 fresh = __sync_fetch_and_add(&never_used_slots, 1);
+
+		if (fresh >= SW_CALL_SLOTS)
+			return SW_CALL_SLOTS;
+		slot = (__u32)fresh;
+	}
+	if (!bpf_map_update_elem(&call_index, key, &slot, BPF_NOEXIST))
+		return slot;
+	/* Another thread of the process got there first: give ours back, take its. */
+	bpf_map_push_elem(&free_call_slots, &slot, 0);
+	found = bpf_map_lookup_elem(&call_index, key);
+	return found ? *found : SW_CALL_SLOTS;
+}
+
+/*
+ * The statistics of the thread's call `call_id` in its current cgroup, and their slot; NULL
+ * (and a lost count) when no slot is left. Most returns find the slot in the thread's cache.
+ */
+static __always_inline struct call_stats *sw_call_stats(struct thread_state *t, __u32 call_id,
+							 __u32 *slot_out)
+{
+	struct slot_cache_entry *c;
+	struct call_key key = {};
+	struct call_stats *s;
+	__u32 slot, *found;
+
+	if (t->slots_cgroup_id != t->cgroup_id) {
+		for (int i = 0; i < SW_SLOT_CACHE; i++)
+			t->slots[i].call_tag = 0;
+		t->slots_cgroup_id = t->cgroup_id;
+	}
+	c = &t->slots[call_id & (SW_SLOT_CACHE - 1)];
+	if (c->call_tag == call_id + 1) {
+		slot = c->slot;
+	} else {
+		key.cgroup_id = t->cgroup_id;
+		key.call_id = call_id;
+		key.tgid = t->tgid;
+		key.start_tag = t->start_tag;
+		found = bpf_map_lookup_elem(&call_index, &key);
+		slot = found ? *found : sw_new_slot(&key);
+		if (slot >= SW_CALL_SLOTS) {
+			sw_count_lost(SW_LOST_CALL_MAP);
+			return NULL;
+		}
+		c->call_tag = call_id + 1;
+		c->slot = slot;
+	}
+	s = bpf_map_lookup_elem(&call_slots, &slot);
+	if (s)
+		*slot_out = slot;
+	return s;
+}
+
 /*
  * Adds a finished call to its histogram; an outlier also goes to the ring buffer. Returns the
- * call's statistics entry (NULL when the map is full).
+ * call's statistics (NULL when no slot is left) and sets *slot to their slot.
  */
 static __always_inline struct call_stats *sw_record_call(struct pt_regs *ctx,
 							  struct thread_state *t,
-							  struct call_frame *f, __u64 now)
+							  struct call_frame *f, __u64 now,
+							  __u32 *slot)
 {
-	struct call_key key = {};
 	struct call_stats *s;
 	struct outlier_event *e;
 	__u64 dur = now - f->start_ns;
 
-	key.cgroup_id = t->cgroup_id;
-	key.call_id = f->call_id;
-	key.tgid = t->tgid;
-	key.start_tag = t->start_tag;
-	s = sw_lookup_or_init(&cuda_call_duration, &key, &zero_call_stats, SW_LOST_CALL_MAP);
+	s = sw_call_stats(t, f->call_id, slot);
 	if (s) {
 		__sync_fetch_and_add(&s->count, 1);
 		__sync_fetch_and_add(&s->sum_ns, dur);
@@ -176,7 +232,7 @@ static __always_inline struct call_stats *sw_record_call(struct pt_regs *ctx,
 		return s;
 	}
 	e->ts_ns = now;
-	e->cgroup_id = key.cgroup_id;
+	e->cgroup_id = t->cgroup_id;
 	e->duration_ns = dur;
 	e->runnable_ns = f->runnable_ns;
 	e->blocked_ns = f->blocked_ns;

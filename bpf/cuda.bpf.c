@@ -81,23 +81,18 @@ static __always_inline bool nested_in_memory_call(struct thread_state *t)
 	return false;
 }
 
-/* An allocation of process `tgid` is gone: its bytes are credited to the call that made it. */
-static __always_inline void credit_free(__u32 tgid, const struct cuda_alloc *rec)
+/* An allocation is gone: its bytes are credited to the call that made it. */
+static __always_inline void credit_free(const struct cuda_alloc *rec)
 {
-	struct call_key ckey = {};
-	struct call_stats *s;
+	__u32 slot = rec->slot;
+	struct call_stats *s = bpf_map_lookup_elem(&call_slots, &slot);
 
-	ckey.cgroup_id = rec->cgroup_id;
-	ckey.call_id = rec->call_id;
-	ckey.tgid = tgid;
-	ckey.start_tag = rec->start_tag;
-	s = bpf_map_lookup_elem(&cuda_call_duration, &ckey);
 	if (s)
 		__sync_fetch_and_add(&s->freed_bytes, rec->bytes);
 }
 
 static __always_inline void mem_alloc_exit(struct thread_state *t, struct call_frame *f,
-					   struct call_stats *s, __u64 cookie)
+					   struct call_stats *s, __u32 slot, __u64 cookie)
 {
 	struct cuda_alloc_key key = {};
 	struct cuda_alloc rec = {}, *old;
@@ -118,10 +113,9 @@ static __always_inline void mem_alloc_exit(struct thread_state *t, struct call_f
 	key.handle = (cookie >> 40) & 1;
 	old = bpf_map_lookup_elem(&cuda_allocs, &key);
 	if (old)
-		credit_free(t->tgid, old); /* its free went unseen (an untraced library copy) */
+		credit_free(old); /* its free went unseen (an untraced library copy) */
 	rec.bytes = bytes;
-	rec.cgroup_id = t->cgroup_id;
-	rec.call_id = f->call_id;
+	rec.slot = slot;
 	rec.start_tag = t->start_tag;
 	if (bpf_map_update_elem(&cuda_allocs, &key, &rec, BPF_ANY))
 		sw_count_lost(SW_LOST_ALLOC_MAP);
@@ -141,12 +135,13 @@ static __always_inline void mem_free_exit(struct thread_state *t, struct call_fr
 	rec = bpf_map_lookup_elem(&cuda_allocs, &key);
 	if (!rec)
 		return; /* allocated before tracing began, or never by a traced call */
-	credit_free(t->tgid, rec);
+	credit_free(rec);
 	bpf_map_delete_elem(&cuda_allocs, &key);
 }
 
 static __always_inline void mem_exit(struct pt_regs *ctx, struct thread_state *t,
-				     struct call_frame *f, struct call_stats *s, __u64 cookie)
+				     struct call_frame *f, struct call_stats *s, __u32 slot,
+				     __u64 cookie)
 {
 	int rc = (int)PT_REGS_RC(ctx);
 
@@ -160,7 +155,7 @@ static __always_inline void mem_exit(struct pt_regs *ctx, struct thread_state *t
 	if (!s)
 		return;
 	if (rc == 0) {
-		mem_alloc_exit(t, f, s, cookie);
+		mem_alloc_exit(t, f, s, slot, cookie);
 	} else if (rc == SW_CUDA_OUT_OF_MEMORY) {
 		__sync_fetch_and_add(&s->alloc_failures, 1);
 		s->failed_bytes = f->aux_val;
@@ -187,12 +182,13 @@ int cuda_exit(struct pt_regs *ctx)
 	struct thread_state *t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
 	struct call_frame *f = sw_call_exit(t, (__u32)cookie);
 	struct call_stats *s;
+	__u32 slot = 0;
 
 	if (!f || !t)
 		return 0;
-	s = sw_record_call(ctx, t, f, now);
+	s = sw_record_call(ctx, t, f, now, &slot);
 	if (f->mem_op != SW_MEM_NONE)
-		mem_exit(ctx, t, f, s, cookie);
+		mem_exit(ctx, t, f, s, slot, cookie);
 	return 0;
 }
 

@@ -5,7 +5,15 @@
 
 #include "stallwatch.h"
 
-/* Key of cuda_call_duration: label fields in label order, then the process. */
+/*
+ * Call statistics live in the array call_slots, one slot per (cgroup, call, process); the hash
+ * call_index maps this key to its slot. A thread keeps the slots of its calls in its task storage
+ * (thread_state.slots), so a return usually reaches its statistics without a hash lookup. User
+ * space frees the slots of exited processes (zeroed, pushed on free_call_slots).
+ */
+#define SW_CALL_SLOTS 16384
+
+/* Key of call_index: label fields in label order, then the process. */
 struct call_key {
 	__u64 cgroup_id;
 	__u32 call_id; /* index into exporter/trace/calls.cpp's table; the uprobe's bpf_cookie */
@@ -40,12 +48,11 @@ struct cuda_alloc_key {
 	__u32 handle; /* 1: addr is a cuMemCreate handle */
 };
 
-/* Which allocation it was: the call_key of the call_stats entry its free credits. */
+/* Which allocation it was: the slot (call_slots) of the call its free credits. */
 struct cuda_alloc {
 	__u64 bytes;
-	__u64 cgroup_id;
-	__u32 call_id;
-	__u32 start_tag;
+	__u32 slot;
+	__u32 start_tag; /* of the allocating process: its records go when it exits */
 };
 
 /*

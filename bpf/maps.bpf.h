@@ -28,17 +28,36 @@ SW_SHARED struct {
 } threads SEC(".maps");
 
 /*
- * Per (cgroup, call, process) call histograms (cuda.bpf.c and nccl.bpf.c fill it).
- * Preallocated, like every hash map updated from a uprobe or the scheduler: an insert never
- * calls the allocator there (issue #15). 16,384 entries of ~430 bytes: ~7 MiB, for ~40 calls
- * of ~400 live CUDA processes; past it, calls are counted as lost (SW_LOST_CALL_MAP).
+ * Per (cgroup, call, process) call histograms (cuda.bpf.c and nccl.bpf.c fill them), by slot
+ * (cuda.h SW_CALL_SLOTS): an array, so a return whose thread has the slot cached reaches its
+ * statistics without a hash lookup, and user space reads them through a mapping of the array,
+ * without a copy per entry. 16,384 slots of 392 bytes: ~6 MiB, for ~40 calls of ~400 live
+ * CUDA processes; past it, calls are counted as lost (SW_LOST_CALL_MAP).
  */
 SW_SHARED struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct call_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SW_CALL_SLOTS);
+	__type(key, __u32);
 	__type(value, struct call_stats);
-} cuda_call_duration SEC(".maps");
+} call_slots SEC(".maps");
+
+/* The slot of each (cgroup, call, process). Preallocated, like every hash map updated from a
+ * uprobe or the scheduler: an insert never calls the allocator there (issue #15). */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SW_CALL_SLOTS);
+	__type(key, struct call_key);
+	__type(value, __u32);
+} call_index SEC(".maps");
+
+/* Slots user space freed (of exited processes), zeroed; taken before never-used ones. */
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_QUEUE);
+	__uint(max_entries, SW_CALL_SLOTS);
+	__uint(key_size, 0);
+	__uint(value_size, sizeof(__u32));
+} free_call_slots SEC(".maps");
 
 /* Calls at or above outlier_threshold_ns, one record (~600 bytes with Python frames) each. */
 SW_SHARED struct {

@@ -216,10 +216,11 @@ int nccl_exit(struct pt_regs *ctx)
 	__u32 kind = (cookie >> 44) & 0xf;
 	struct thread_state *t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
 	struct call_frame *f = sw_call_exit(t, (__u32)cookie);
+	__u32 slot;
 
 	if (!f || !t)
 		return 0;
-	sw_record_call(ctx, t, f, now);
+	sw_record_call(ctx, t, f, now, &slot);
 	if (kind == SW_NCCL_OP)
 		record_op(t, f, now);
 	else if (kind >= SW_NCCL_INIT_RANK && kind <= SW_NCCL_COUNT && (int)PT_REGS_RC(ctx) == 0)

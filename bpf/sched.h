@@ -41,6 +41,16 @@ struct preemptor_id {
 	char process_comm[SW_COMM_LEN]; /* its thread-group leader's name */
 };
 
+/*
+ * A thread's cached call slots (cuda.h SW_CALL_SLOTS), direct-mapped by call id: call_tag is
+ * the call id + 1 (0: empty), valid for the cgroup in thread_state.slots_cgroup_id.
+ */
+#define SW_SLOT_CACHE 32
+struct slot_cache_entry {
+	__u32 call_tag;
+	__u32 slot;
+};
+
 /* Task-local storage of a CUDA-issuing thread (created at its first traced call). */
 struct thread_state {
 	__u64 cgroup_id;      /* cgroup at the thread's latest call */
@@ -54,6 +64,8 @@ struct thread_state {
 	__u8 depth;           /* open frames */
 	__u16 unmatched;      /* returns to skip: entries dropped for nesting */
 	struct call_frame frames[SW_MAX_DEPTH];
+	__u64 slots_cgroup_id; /* the cgroup the cached slots are of */
+	struct slot_cache_entry slots[SW_SLOT_CACHE];
 };
 
 /*

@@ -89,48 +89,55 @@ struct sw_lru_ops {
 };
 
 /*
+ * Upper bound in nanoseconds of bucket k (k < SW_HIST_BUCKETS - 1): the largest ns with
+ * ns <= 2^(k-30) s, that is floor(1e9 * 2^k / 2^30).
+ */
+static const __u64 sw_bucket_bound_ns[SW_HIST_BUCKETS - 1] = {
+	0ULL, 1ULL, 3ULL, 7ULL, 14ULL, 29ULL, 59ULL, 119ULL, 238ULL, 476ULL, 953ULL, 1907ULL, 3814ULL,
+	7629ULL, 15258ULL, 30517ULL, 61035ULL, 122070ULL, 244140ULL, 488281ULL, 976562ULL, 1953125ULL,
+	3906250ULL, 7812500ULL, 15625000ULL, 31250000ULL, 62500000ULL, 125000000ULL, 250000000ULL,
+	500000000ULL, 1000000000ULL, 2000000000ULL, 4000000000ULL, 8000000000ULL, 16000000000ULL,
+	32000000000ULL, 64000000000ULL, 128000000000ULL, 256000000000ULL,
+};
+
+/*
  * Bucket index of a duration in nanoseconds: the smallest k with ns <= 2^(k-30) s, clamped
- * to the overflow bucket. Exact in integers: ticks = ceil(ns * 2^30 / 1e9) without overflow
- * for any duration below 2^34 s.
+ * to the overflow bucket. Without a division (three 64-bit divisions cost more than the rest
+ * of a call's return program): with 2^f <= ns < 2^(f+1), the bound of bucket f is below 2^f
+ * (1e9 < 2^30) and that of f+2 above 2^(f+1), so the bucket is f+1 or f+2, one comparison.
  */
 static inline __u32 sw_bucket_of_ns(__u64 ns)
 {
-	__u64 q = ns / SW_NS_PER_S;
-	__u64 r = ns % SW_NS_PER_S;
-	__u64 ticks = (q << SW_TICK_SHIFT) + ((r << SW_TICK_SHIFT) + SW_NS_PER_S - 1) / SW_NS_PER_S;
-	__u64 v;
-	__u32 k = 0;
+	__u64 v = ns;
+	__u32 f = 0;
 
-	if (q >> (64 - SW_TICK_SHIFT))
-		return SW_HIST_BUCKETS - 1; /* beyond 2^34 s: the shift below would wrap */
-	if (ticks <= 1)
+	if (!ns)
 		return 0;
-	/* ceil(log2(ticks)) = floor(log2(ticks - 1)) + 1 */
-	v = ticks - 1;
 	if (v >> 32) {
 		v >>= 32;
-		k += 32;
+		f += 32;
 	}
 	if (v >> 16) {
 		v >>= 16;
-		k += 16;
+		f += 16;
 	}
 	if (v >> 8) {
 		v >>= 8;
-		k += 8;
+		f += 8;
 	}
 	if (v >> 4) {
 		v >>= 4;
-		k += 4;
+		f += 4;
 	}
 	if (v >> 2) {
 		v >>= 2;
-		k += 2;
+		f += 2;
 	}
 	if (v >> 1)
-		k += 1;
-	k += 1;
-	return k < SW_HIST_BUCKETS - 1 ? k : SW_HIST_BUCKETS - 1;
+		f += 1;
+	if (f + 1 >= SW_HIST_BUCKETS - 1)
+		return SW_HIST_BUCKETS - 1;
+	return ns <= sw_bucket_bound_ns[f + 1] ? f + 1 : f + 2;
 }
 
 #endif /* STALLWATCH_H */

@@ -69,6 +69,26 @@ TEST(BucketOfNsTest, EveryBoundExactly) {
   }
 }
 
+// The kernel's division-free form picks between two buckets by one comparison: every power of
+// two, its neighbours and the values between them (a xorshift walk) land where the definition says.
+TEST(BucketOfNsTest, PowersOfTwoAndBetweenMatchTheDefinition) {
+  for (unsigned e = 0; e < 64; ++e) {
+    const std::uint64_t p = std::uint64_t{1} << e;
+    for (std::uint64_t ns : {p - 1, p, p + 1, p + p / 2}) {
+      SCOPED_TRACE("ns=" + std::to_string(ns));
+      EXPECT_EQ(sw_bucket_of_ns(ns), expected_bucket(ns));
+    }
+  }
+  std::uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 200000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const std::uint64_t ns = x >> (x & 63);  // every magnitude
+    ASSERT_EQ(sw_bucket_of_ns(ns), expected_bucket(ns)) << "ns=" << ns;
+  }
+}
+
 TEST(BucketOfNsTest, KnownBounds) {
   // 2^-20 s = 953.67431640625 ns; 2^0 s = 1e9 ns; 2^8 s = 256e9 ns (last finite bucket).
   EXPECT_EQ(sw_bucket_of_ns(953), 10u);
