@@ -6,8 +6,11 @@
  * is `runnable` time, blamed on the task that took the CPU. A thread that leaves the CPU
  * blocked is `blocked` until sched_wakeup, then `runnable` until it runs, blamed on the task
  * that ran on that CPU just before it. Both add to every open call frame of the thread and
- * to the per-(cgroup, process) totals. Untraced user tasks cost one task-storage lookup each way
- * and no clock read; kernel threads (idle included) cost a flag test.
+ * to the thread's tally in its task storage; the task iterator fold_offcpu moves the tallies
+ * into the per-(cgroup, process) map offcpu when user space reads a window, and an exiting
+ * thread folds its own at its last switch. So a traced switch updates no map unless it blames
+ * a preemptor. Untraced user tasks cost one task-storage lookup each way and no clock read;
+ * kernel threads (idle included) cost a flag test.
  */
 #include "vmlinux.h"
 
@@ -35,6 +38,7 @@ struct {
 
 static const struct offcpu_stats zero_offcpu_stats;
 
+#define PF_EXITING 0x00000004 /* include/linux/sched.h: getting shut down */
 #define PF_KTHREAD 0x00200000 /* include/linux/sched.h: I am a kernel thread */
 
 /* Kernels before 5.14 call the field `state`. */
@@ -66,6 +70,31 @@ static __always_inline struct offcpu_stats *offcpu_of(struct thread_state *t)
 	key.tgid = t->tgid;
 	key.start_tag = t->start_tag;
 	return sw_lookup_or_init(&offcpu, &key, &zero_offcpu_stats, SW_LOST_OFFCPU_MAP);
+}
+
+/*
+ * Moves the thread's tally into offcpu. Each field is exchanged for 0 atomically: the thread
+ * may be adding to it on another CPU meanwhile, and every nanosecond lands once.
+ */
+static __always_inline void fold_tally(struct thread_state *t)
+{
+	__u64 runnable, blocked, oncpu, preemptions;
+	struct offcpu_stats *s;
+
+	if (!t->tally.runnable_ns && !t->tally.blocked_ns && !t->tally.oncpu_ns &&
+	    !t->tally.preemptions)
+		return;
+	runnable = __sync_lock_test_and_set(&t->tally.runnable_ns, 0);
+	blocked = __sync_lock_test_and_set(&t->tally.blocked_ns, 0);
+	oncpu = __sync_lock_test_and_set(&t->tally.oncpu_ns, 0);
+	preemptions = __sync_lock_test_and_set(&t->tally.preemptions, 0);
+	s = offcpu_of(t);
+	if (!s)
+		return;
+	__sync_fetch_and_add(&s->runnable_ns, runnable);
+	__sync_fetch_and_add(&s->blocked_ns, blocked);
+	__sync_fetch_and_add(&s->oncpu_ns, oncpu);
+	__sync_fetch_and_add(&s->preemptions, preemptions);
 }
 
 /* Who `task` is; the pointers of tp_btf are BTF-typed, so these are direct loads. */
@@ -112,12 +141,8 @@ static __always_inline void blame(struct thread_state *t, const struct preemptor
 static __always_inline void switch_out(struct thread_state *t, struct task_struct *prev,
 				       struct task_struct *next, bool preempt, __u64 now)
 {
-	struct offcpu_stats *s;
-
 	if (t->on_since) {
-		s = offcpu_of(t);
-		if (s)
-			__sync_fetch_and_add(&s->oncpu_ns, now - t->on_since);
+		__sync_fetch_and_add(&t->tally.oncpu_ns, now - t->on_since);
 		t->on_since = 0;
 	}
 	t->off_since = now;
@@ -125,12 +150,13 @@ static __always_inline void switch_out(struct thread_state *t, struct task_struc
 	t->off_runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
 	if (t->off_runnable)
 		identify(&t->preemptor, next);
+	if (prev->flags & PF_EXITING)
+		fold_tally(t); /* its storage goes with it; each later switch out folds again */
 }
 
 static __always_inline void switch_in(struct thread_state *t, struct task_struct *prev,
 				      __u64 now)
 {
-	struct offcpu_stats *s;
 	__u64 runnable = 0, blocked = 0;
 	struct preemptor_id woke = {};
 
@@ -147,15 +173,12 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 	}
 	t->off_since = 0;
 
-	s = offcpu_of(t);
-	if (s) {
-		if (runnable)
-			__sync_fetch_and_add(&s->runnable_ns, runnable);
-		if (blocked)
-			__sync_fetch_and_add(&s->blocked_ns, blocked);
-		if (t->off_runnable)
-			__sync_fetch_and_add(&s->preemptions, 1);
-	}
+	if (runnable)
+		__sync_fetch_and_add(&t->tally.runnable_ns, runnable);
+	if (blocked)
+		__sync_fetch_and_add(&t->tally.blocked_ns, blocked);
+	if (t->off_runnable)
+		__sync_fetch_and_add(&t->tally.preemptions, 1);
 	for (int i = 0; i < SW_MAX_DEPTH; i++) {
 		if (i >= t->depth)
 			break;
@@ -168,7 +191,8 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 		return;
 	if (t->off_runnable) {
 		blame(t, &t->preemptor, runnable);
-	} else {
+	} else if (prev->pid) {
+		/* Not the idle task (a free CPU: the wait was wakeup latency, nobody's fault). */
 		identify(&woke, prev);
 		blame(t, &woke, runnable);
 	}
@@ -213,6 +237,24 @@ int BPF_PROG(sched_wakeup, struct task_struct *p)
 
 	if (t && t->off_since && !t->off_runnable && !t->woken_at)
 		t->woken_at = bpf_ktime_get_ns();
+	return 0;
+}
+
+/*
+ * Folds every traced thread's tally into offcpu (fold_tally); user space runs it before it
+ * reads offcpu each window (trace/sched_source.cpp). It writes nothing to the seq file.
+ */
+SEC("iter/task")
+int fold_offcpu(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct thread_state *t;
+
+	if (!task || (task->flags & PF_KTHREAD))
+		return 0;
+	t = bpf_task_storage_get(&threads, task, 0, 0);
+	if (t)
+		fold_tally(t);
 	return 0;
 }
 

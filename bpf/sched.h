@@ -41,6 +41,14 @@ struct preemptor_id {
 	char process_comm[SW_COMM_LEN]; /* its thread-group leader's name */
 };
 
+/* Cumulative time of the CUDA-issuing threads of one process. */
+struct offcpu_stats {
+	__u64 runnable_ns;
+	__u64 blocked_ns;
+	__u64 oncpu_ns;
+	__u64 preemptions;
+};
+
 /*
  * A thread's cached call slots (cuda.h SW_CALL_SLOTS), direct-mapped by call id: call_tag is
  * the call id + 1 (0: empty), valid for the cgroup in thread_state.slots_cgroup_id.
@@ -64,6 +72,12 @@ struct thread_state {
 	__u8 depth;           /* open frames */
 	__u16 unmatched;      /* returns to skip: entries dropped for nesting */
 	struct call_frame frames[SW_MAX_DEPTH];
+	/*
+	 * The thread's off-CPU and on-CPU time not yet folded into the map offcpu: a switch adds
+	 * here, with no map update; the task iterator fold_offcpu moves it to the map each window
+	 * and the thread's last switch when it exits (sched.bpf.c).
+	 */
+	struct offcpu_stats tally;
 	__u64 slots_cgroup_id; /* the cgroup the cached slots are of */
 	struct slot_cache_entry slots[SW_SLOT_CACHE];
 };
@@ -98,13 +112,6 @@ struct offcpu_key {
 	__u32 start_tag;
 };
 
-/* Cumulative time of the CUDA-issuing threads of one process. */
-struct offcpu_stats {
-	__u64 runnable_ns;
-	__u64 blocked_ns;
-	__u64 oncpu_ns;
-	__u64 preemptions;
-};
 
 /* Key of preemptors: which thread kept a CUDA-issuing process of a cgroup off the CPU. */
 struct preemptor_key {

@@ -1,9 +1,14 @@
 // The scheduler (bpf/sched.bpf.c, bpf/sched.h): off-CPU time of the CUDA-issuing threads per
 // (cgroup, process), map offcpu, and the tasks that preempted them, map preemptors.
+#include <bpf/bpf.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 
+#include "common/log.h"
 #include "common/strings.h"
 #include "trace/map_iter.h"
 #include "trace/sources.h"
@@ -55,12 +60,14 @@ std::string name_of(const char (&comm)[SW_COMM_LEN]) {
 class SchedSource : public Source {
  public:
   explicit SchedSource(const Tracer& t)
-      : offcpu_fd_(t.map_fd("offcpu")),
+      : fold_link_fd_(t.fold_iter_link_fd()),
+        offcpu_fd_(t.map_fd("offcpu")),
         preemptors_fd_(t.map_fd("preemptors")),
         lru_ops_fd_(t.map_fd("lru_ops")) {}
   std::string_view name() const override { return "sched"; }
 
   void read(SourceContext& ctx, Snapshot& snap) override {
+    fold_tallies();
     read_offcpu(ctx, snap);
     read_preemptors(ctx, snap);
   }
@@ -69,6 +76,23 @@ class SchedSource : public Source {
   void retire_cgroup(std::uint64_t cgroup_id, SeriesTotals&) override { retired_.erase(cgroup_id); }
 
  private:
+  // Runs fold_offcpu over every task: the threads' tallies join offcpu before it is read.
+  void fold_tallies() {
+    const int fd = fold_link_fd_ < 0 ? -1 : bpf_iter_create(fold_link_fd_);
+    if (fd < 0) {
+      if (!warned_) SW_LOG(kWarn) << "folding off-CPU tallies failed: " << std::strerror(errno);
+      warned_ = true;
+      return;
+    }
+    char buf[64];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n > 0 || (n < 0 && errno == EINTR)) continue;
+      break;
+    }
+    ::close(fd);
+  }
+
   void read_offcpu(SourceContext& ctx, Snapshot& snap) {
     for_each_entry<offcpu_key, offcpu_stats>(offcpu_fd_,
                                              [&](const offcpu_key& k, const offcpu_stats& v) {
@@ -138,6 +162,8 @@ class SchedSource : public Source {
     }
   }
 
+  int fold_link_fd_;
+  bool warned_ = false;
   int offcpu_fd_;
   int preemptors_fd_;
   int lru_ops_fd_;

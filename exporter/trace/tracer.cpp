@@ -158,6 +158,10 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
         errno);
   }
   t->attach_host_hooks();
+  // The task iterator that folds the threads' off-CPU tallies into offcpu: without it the
+  // off-CPU figures would arrive only when threads exit.
+  links->fold_offcpu = bpf_program__attach_iter(progs->fold_offcpu, nullptr);
+  if (!links->fold_offcpu) return load_error("attaching iter/task fold_offcpu failed", errno);
   // The task iterator over open calls: without it, hung calls are not seen (the rest works).
   links->inflight_calls = bpf_program__attach_iter(progs->inflight_calls, nullptr);
   if (!links->inflight_calls) {
@@ -211,6 +215,9 @@ int Tracer::map_fd(const char* name) const {
 }
 int Tracer::inflight_iter_link_fd() const {
   return skel_->links.inflight_calls ? bpf_link__fd(skel_->links.inflight_calls) : -1;
+}
+int Tracer::fold_iter_link_fd() const {
+  return skel_->links.fold_offcpu ? bpf_link__fd(skel_->links.fold_offcpu) : -1;
 }
 bpf_program* Tracer::call_enter_program() const { return skel_->progs.cuda_enter; }
 bpf_program* Tracer::call_exit_program() const { return skel_->progs.cuda_exit; }

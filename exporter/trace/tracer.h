@@ -47,6 +47,9 @@ class Tracer {
   // The link of the iter/task program inflight_calls (bpf_iter_create reads it); -1 when it
   // could not be attached.
   int inflight_iter_link_fd() const;
+  // The link of the iter/task program fold_offcpu, which moves the threads' off-CPU tallies
+  // into the map offcpu; run (bpf_iter_create, read to the end) before reading that map.
+  int fold_iter_link_fd() const;
   bpf_program* call_enter_program() const;
   bpf_program* call_exit_program() const;
   bpf_program* nccl_enter_program() const;

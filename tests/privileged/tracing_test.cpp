@@ -177,6 +177,25 @@ TEST_F(Tracing, CpuContentionShowsAsRunnableTimeInsideSyncAndNamesThePreemptors)
 
 // Exited processes are forgotten at once and their library's probes removed after the linger
 // time; the counts they made stay (counters never go backwards).
+// Issue #19: a switch adds off-CPU time to the thread's own tally, which a task iterator folds
+// into the per-process map each window and the thread folds itself at its last switch: two
+// threads that each sleep 3 x 100 ms between their calls and exit before the next window keep
+// all of it (0.6 s blocked), not what the last fold before their exit had seen.
+TEST_F(Tracing, OffCpuTimeOfExitedThreadsIsKeptWhole) {
+  TestCgroup cg(unique("exit-tally"));
+  ASSERT_EQ(run_workload(cg, {"--cudart", kCudart, "--threads", "2", "--start-delay-ms", "500",
+                              "--spacing-us", "100000", "--calls", "cudaMemset:4"}),
+            0);
+  auto s = scrape();
+  EXPECT_EQ(count_of(s, cg.label(), "cudaMemset"), 8);
+  const double blocked =
+      find_sample(s, "stallwatch_offcpu_seconds_total", {{"cgroup", cg.label()}, {"state", "blocked"}})
+          .value_or(-1);
+  EXPECT_GE(blocked, 0.6) << "threads' last off-CPU periods lost at exit";
+  EXPECT_LT(blocked, 1.0);
+  EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", "offcpu_map_full"}}), 0);
+}
+
 TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {
   Daemon daemon({"--detach-linger", "500ms"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
