@@ -111,7 +111,7 @@ while :; do
   threads=$(awk '/^Threads:/ {print $2}' "/proc/$daemon/status")
   db=$(( ($(stat -c %s "$work/soak.db" 2>/dev/null || echo 0) + $(stat -c %s "$work/soak.db-wal" 2>/dev/null || echo 0)) / 1024 ))
   scrape=$(( $(stat -c %s "$work/scrape.txt" 2>/dev/null || echo 0) / 1024 ))
-  line="$(awk -v s=$((now - start)) 'BEGIN {printf "%.1f", s / 60}'),$(cat "$work/processes" 2>/dev/null || echo 0),$rss,$fds,$threads,$(map_entries cuda_call_duration),$(map_entries offcpu),$(map_entries preemptors),$db,$scrape"
+  line="$(awk -v s=$((now - start)) 'BEGIN {printf "%.1f", s / 60}'),$(cat "$work/processes" 2>/dev/null || echo 0),$rss,$fds,$threads,$(map_entries call_index),$(map_entries offcpu),$(map_entries preemptors),$db,$scrape"
   echo "$line" >> "$OUT"
   echo "soak: $line"
   [ "$now" -ge "$end" ] && break

@@ -214,7 +214,7 @@ static __always_inline struct call_stats *sw_record_call(struct pt_regs *ctx,
 
 	s = sw_call_stats(t, f->call_id, slot);
 	if (s) {
-		__sync_fetch_and_add(&s->count, 1);
+		/* No count: it is the sum of the buckets, one atomic add fewer per call. */
 		__sync_fetch_and_add(&s->sum_ns, dur);
 		if (f->runnable_ns)
 			__sync_fetch_and_add(&s->runnable_ns, f->runnable_ns);

@@ -24,8 +24,7 @@ struct call_key {
 
 /* Cumulative per (cgroup, call, process); never reset, never deleted while the process lives. */
 struct call_stats {
-	__u64 count;
-	__u64 sum_ns;
+	__u64 sum_ns;       /* the count of calls is the sum of the buckets */
 	__u64 runnable_ns; /* off-CPU, runnable (waiting for a CPU) during the call */
 	__u64 blocked_ns;  /* off-CPU, blocked (sleeping) during the call */
 	__u64 max_ns;

@@ -31,7 +31,7 @@ SW_SHARED struct {
  * Per (cgroup, call, process) call histograms (cuda.bpf.c and nccl.bpf.c fill them), by slot
  * (cuda.h SW_CALL_SLOTS): an array, so a return whose thread has the slot cached reaches its
  * statistics without a hash lookup, and user space reads them through a mapping of the array,
- * without a copy per entry. 16,384 slots of 392 bytes: ~6 MiB, for ~40 calls of ~400 live
+ * without a copy per entry. 16,384 slots of 384 bytes: ~6 MiB, for ~40 calls of ~400 live
  * CUDA processes; past it, calls are counted as lost (SW_LOST_CALL_MAP).
  */
 SW_SHARED struct {

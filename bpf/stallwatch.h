@@ -55,7 +55,7 @@
 enum sw_lost_source {
 	SW_LOST_OUTLIER_RINGBUF = 0, /* outlier record dropped: ring buffer full */
 	SW_LOST_DISCOVERY_RINGBUF,   /* library-mapping record dropped: ring buffer full */
-	SW_LOST_CALL_MAP,            /* call not aggregated: cuda_call_duration map full */
+	SW_LOST_CALL_MAP,            /* call not aggregated: no call_slots slot left */
 	SW_LOST_OFFCPU_MAP,          /* off-CPU time not aggregated: offcpu map full */
 	SW_LOST_THREAD_STATE,        /* call not tracked: per-thread storage unavailable */
 	SW_LOST_NESTING,             /* call not tracked: nested deeper than SW_MAX_DEPTH */

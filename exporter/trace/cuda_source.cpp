@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <numeric>
 #include <set>
 #include <utility>
 #include <vector>
@@ -31,12 +32,13 @@ static_assert(host::kStartTagNs == SW_START_TAG_NS);
 
 CallTotals totals_of(const call_stats& s) {
   CallTotals t;
-  t.count = s.count;
   t.sum_ns = s.sum_ns;
   t.runnable_ns = s.runnable_ns;
   t.blocked_ns = s.blocked_ns;
   t.max_ns = s.max_ns;
   std::copy(std::begin(s.buckets), std::end(s.buckets), t.buckets.begin());
+  // The kernel keeps no count (one atomic add fewer per call): the buckets hold every call.
+  t.count = std::accumulate(t.buckets.begin(), t.buckets.end(), std::uint64_t{0});
   t.alloc_bytes = s.alloc_bytes;
   t.freed_bytes = s.freed_bytes;
   t.alloc_failures = s.alloc_failures;

@@ -223,6 +223,20 @@ TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {
                         "stallwatch_cuda_call_duration_seconds_count",
                         {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
             4);
+  // The exited process's statistics slot was zeroed and freed: the next process takes it
+  // (issue #19) and counts from 0, while the first keeps its 4 in its cgroup's totals.
+  TestCgroup next(unique("exit-next"));
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls", "cudaMemset:3"};
+  s.cgroup_dir = next.dir();
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  samples = parse_exposition(daemon.metrics());
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", next.label()}, {"call", "cudaMemset"}}),
+            3);
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            4);
   EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
 }
 
