@@ -1,10 +1,12 @@
 #include "host/procfs.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
-#include <fstream>
 #include <sstream>
 
 #include "common/strings.h"
@@ -39,12 +41,26 @@ bool Procfs::pid_exists(int pid) const {
   return ::stat(pid_path(pid).c_str(), &st) == 0;
 }
 
+// Grows the buffer as the file does (4 KiB, doubling): a bound of megabytes (maps, /proc/stat)
+// costs what the file holds, not a zeroed buffer of the bound at every read (issue #19: that
+// was most of the daemon's CPU at 16 processes).
 std::string Procfs::read_bounded(const std::string& path, size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::string out(max_bytes, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(max_bytes));
-  out.resize(static_cast<size_t>(in.gcount()));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string out;
+  size_t have = 0, chunk = 4096;
+  while (have < max_bytes) {
+    if (out.size() == have) {
+      out.resize(std::min(max_bytes, have + chunk));
+      chunk = std::min<size_t>(chunk * 2, 1 << 20);
+    }
+    const ssize_t n = ::read(fd, out.data() + have, out.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(have);
   return out;
 }
 

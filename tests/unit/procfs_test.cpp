@@ -56,6 +56,14 @@ TEST(Procfs, ReadsAreBounded) {
   EXPECT_EQ(p.start_unix_ns(9), 0) << "a stat cut by the bound has no field 22";
   EXPECT_EQ(Procfs::read_bounded((root / "9" / "comm").string(), 10).size(), 10u);
   EXPECT_EQ(Procfs::read_bounded((root / "nope").string(), 10), "");
+  // Read in growing chunks: whole below the bound, cut exactly at it past a chunk boundary.
+  std::string big;
+  for (int i = 0; i < 20000; ++i) big += std::to_string(i) + "\n";
+  std::ofstream(root / "big") << big;
+  EXPECT_EQ(Procfs::read_bounded((root / "big").string(), 1 << 20), big);
+  EXPECT_EQ(Procfs::read_bounded((root / "big").string(), 12289), big.substr(0, 12289));
+  EXPECT_EQ(Procfs::read_bounded((root / "big").string(), big.size()), big);
+  EXPECT_EQ(Procfs::read_bounded(root.string(), 100), "") << "a directory reads as nothing";
   fs::remove_all(root);
 }
 
