@@ -249,11 +249,13 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   }
 
   // Ring buffers on one thread and discovery on another: nothing there waits for the collector,
-  // and a library file that never answers stalls discovery, never the outlier intake.
+  // and a library file that never answers stalls discovery, never the outlier intake. Records
+  // and library events wake their thread at once; the timeouts only bound how late a stop is
+  // seen, so they are long enough that an idle daemon does not wake 100 times a second.
   std::atomic<bool> fatal{false};
   std::thread events([&] {
     while (!g_stop) {
-      auto r = (*tracer)->poll(std::chrono::milliseconds(10));
+      auto r = (*tracer)->poll(std::chrono::milliseconds(200));
       if (!r) {
         SW_LOG(kError) << r.error().message << "; exiting so that the service manager restarts us";
         fatal = true;
@@ -266,7 +268,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   std::atomic<SteadyClock::rep> discovery_alive{SteadyClock::now().time_since_epoch().count()};
   std::thread discoverer([&] {
     while (!g_stop) {
-      for (int tgid : lib_events.wait(std::chrono::milliseconds(10))) discovery.handle_event(tgid);
+      for (int tgid : lib_events.wait(discovery.next_wait())) discovery.handle_event(tgid);
       discovery.tick();
       discovery_alive = SteadyClock::now().time_since_epoch().count();
     }
@@ -287,8 +289,13 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
 
   auto next = std::chrono::steady_clock::now() + o.window;
   while (!g_stop) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (std::chrono::steady_clock::now() < next) continue;
+    // Until the window ends, in steps of at most 200 ms to see a stop.
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next) {
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+          next - now, std::chrono::milliseconds(200)));
+      continue;
+    }
     next += o.window;
     window();
     check_discovery();

@@ -15,6 +15,8 @@ namespace {
 
 constexpr int kMaxEventRetries = 50;  // 50 x 10 ms: the loader maps text right after open
 constexpr std::chrono::milliseconds kRetryDelay{10};
+// How often housekeeping looks for exited processes and unused libraries (a stat per process).
+constexpr std::chrono::milliseconds kSweepInterval{100};
 
 // A library file, opened so that a FIFO or a device cannot block (O_NONBLOCK); is_regular()
 // must hold before it is read.
@@ -279,6 +281,10 @@ void Discovery::handle_event(int tgid) {
   publish_counts();
 }
 
+std::chrono::milliseconds Discovery::next_wait() const {
+  return pending_.empty() ? kSweepInterval : kRetryDelay;
+}
+
 void Discovery::tick() {
   auto now = std::chrono::steady_clock::now();
   if (now - last_full_scan_ >= options_.rescan_interval) {
@@ -299,6 +305,8 @@ void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
       ++it;
     }
   }
+  if (now - last_sweep_ < kSweepInterval) return;
+  last_sweep_ = now;
   std::vector<int> gone;
   for (const auto& [pid, keys] : processes_) {
     if (!fs_.pid_exists(pid)) gone.push_back(pid);

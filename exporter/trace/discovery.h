@@ -95,8 +95,12 @@ class Discovery {
   size_t scan_all();
   // A process mapped a file named like a CUDA library: scan it now and retry briefly.
   void handle_event(int tgid);
-  // Retries pending scans, drops exited processes and unused libraries, rescans when due.
+  // Retries pending scans, drops exited processes and unused libraries (at most every 100 ms),
+  // rescans when due.
   void tick();
+  // How long the caller may wait for events before the next tick: 10 ms while scans are
+  // pending retry, else 100 ms.
+  std::chrono::milliseconds next_wait() const;
 
   // Called on the discovery thread when a process first maps a traced library, and when it
   // exited or unmapped them all (the Python registry follows CUDA processes this way).
@@ -149,6 +153,7 @@ class Discovery {
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;
   std::chrono::steady_clock::time_point last_full_scan_{};
+  std::chrono::steady_clock::time_point last_sweep_{};
   std::function<void(int)> on_found_, on_gone_;
   Reaper reaper_;  // probes still attached at shutdown are destroyed after it, on the caller
   std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
