@@ -162,8 +162,7 @@ static __always_inline void mem_exit(struct pt_regs *ctx, struct thread_state *t
 	}
 }
 
-SEC("uprobe")
-int cuda_enter(struct pt_regs *ctx)
+static __always_inline int cuda_enter_body(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 op = (cookie >> 44) & 0xf;
@@ -174,8 +173,7 @@ int cuda_enter(struct pt_regs *ctx)
 	return 0;
 }
 
-SEC("uretprobe")
-int cuda_exit(struct pt_regs *ctx)
+static __always_inline int cuda_exit_body(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -190,6 +188,35 @@ int cuda_exit(struct pt_regs *ctx)
 	if (f->mem_op != SW_MEM_NONE)
 		mem_exit(ctx, t, f, s, slot, cookie);
 	return 0;
+}
+
+/*
+ * The *_multi copies are the same programs for multi-uprobe links (one link per library file
+ * and direction, trace/attach.cpp): user space loads them with the expected attach type
+ * BPF_TRACE_UPROBE_MULTI where the kernel has it (Linux 6.6), and does not load them elsewhere.
+ */
+SEC("uprobe")
+int cuda_enter(struct pt_regs *ctx)
+{
+	return cuda_enter_body(ctx);
+}
+
+SEC("uretprobe")
+int cuda_exit(struct pt_regs *ctx)
+{
+	return cuda_exit_body(ctx);
+}
+
+SEC("uprobe")
+int cuda_enter_multi(struct pt_regs *ctx)
+{
+	return cuda_enter_body(ctx);
+}
+
+SEC("uretprobe")
+int cuda_exit_multi(struct pt_regs *ctx)
+{
+	return cuda_exit_body(ctx);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

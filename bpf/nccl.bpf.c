@@ -84,8 +84,7 @@ static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 w
 	sw_lru_update(&nccl_comms, &key, &info, SW_LRU_NCCL_COMMS);
 }
 
-SEC("uprobe")
-int nccl_enter(struct pt_regs *ctx)
+static __always_inline int nccl_enter_body(struct pt_regs *ctx)
 {
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 kind = (cookie >> 44) & 0xf;
@@ -208,8 +207,7 @@ static __always_inline void learn_comm(struct thread_state *t, struct call_frame
 	}
 }
 
-SEC("uretprobe")
-int nccl_exit(struct pt_regs *ctx)
+static __always_inline int nccl_exit_body(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -226,6 +224,35 @@ int nccl_exit(struct pt_regs *ctx)
 	else if (kind >= SW_NCCL_INIT_RANK && kind <= SW_NCCL_COUNT && (int)PT_REGS_RC(ctx) == 0)
 		learn_comm(t, f, kind); /* ncclSuccess only: a failed init wrote nothing */
 	return 0;
+}
+
+/*
+ * The *_multi copies are the same programs for multi-uprobe links (one link per library file
+ * and direction, trace/attach.cpp): user space loads them with the expected attach type
+ * BPF_TRACE_UPROBE_MULTI where the kernel has it (Linux 6.6), and does not load them elsewhere.
+ */
+SEC("uprobe")
+int nccl_enter(struct pt_regs *ctx)
+{
+	return nccl_enter_body(ctx);
+}
+
+SEC("uretprobe")
+int nccl_exit(struct pt_regs *ctx)
+{
+	return nccl_exit_body(ctx);
+}
+
+SEC("uprobe")
+int nccl_enter_multi(struct pt_regs *ctx)
+{
+	return nccl_enter_body(ctx);
+}
+
+SEC("uretprobe")
+int nccl_exit_multi(struct pt_regs *ctx)
+{
+	return nccl_exit_body(ctx);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

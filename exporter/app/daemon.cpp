@@ -144,16 +144,18 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   trace::TracerOptions topts;
   topts.outlier_threshold = o.outlier_threshold;
   topts.stacks = o.stacks;
+  topts.uprobe_multi = o.uprobe_multi;
   auto tracer = trace::Tracer::open(topts);
   if (!tracer) {
     SW_LOG(kError) << tracer.error().message;
     return 1;
   }
-  trace::CallPrograms programs;
-  programs.enter = (*tracer)->call_enter_program();
-  programs.exit = (*tracer)->call_exit_program();
-  programs.nccl_enter = (*tracer)->nccl_enter_program();
-  programs.nccl_exit = (*tracer)->nccl_exit_program();
+  const trace::CallPrograms programs = (*tracer)->call_programs();
+  SW_LOG(kInfo) << "call probes: "
+                << ((*tracer)->uprobe_multi()
+                        ? "one multi-uprobe link per library file and direction"
+                        : o.uprobe_multi ? "one link per probe (this kernel has no multi-uprobe links)"
+                                         : "one link per probe (--uprobe-multi=off)");
   const host::Procfs fs(o.procfs, o.sysfs);
   trace::Discovery discovery(
       programs,

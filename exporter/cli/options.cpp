@@ -73,6 +73,9 @@ po::options_description run_options_description() {
     ("attach-on-disk", po::value<std::string>(), "true: also attach the CUDA libraries of the "
      "standard directories (CUDA toolkit, distribution, conda, pip wheels) at start (default "
      "false: each file is attached when a process first maps it)")
+    ("uprobe-multi", po::value<std::string>(), "on: one multi-uprobe link per library file and "
+     "direction where the kernel has them (Linux 6.6; attach and detach in milliseconds); off: "
+     "one link per probe, as on older kernels (default on)")
     ("kube-api", po::value<std::string>(), "Kubernetes API server for pod/namespace/container "
      "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
     ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
@@ -323,6 +326,7 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   if (auto r = switch_flag(flags, "attach-on-disk", "true", "false", o.attach_on_disk); !r) {
     return r.error();
   }
+  if (auto r = switch_flag(flags, "uprobe-multi", "on", "off", o.uprobe_multi); !r) return r.error();
   auto log = log_settings(flags);
   if (!log) return log.error();
   o.log = *log;

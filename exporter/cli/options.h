@@ -39,6 +39,7 @@ struct RunOptions {
   size_t max_libraries = 128;  // --max-libraries
   std::vector<std::string> library_dirs;  // --library-dirs: attached before any process maps them
   bool attach_on_disk = false;            // --attach-on-disk: the standard directories too
+  bool uprobe_multi = true;               // --uprobe-multi: multi-uprobe links where the kernel has them
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL

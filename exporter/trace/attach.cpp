@@ -1,8 +1,11 @@
 #include "trace/attach.h"
 
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +19,9 @@ namespace stallwatch::trace {
 
 void LinkDeleter::operator()(bpf_link* link) const { bpf_link__destroy(link); }
 
+FdLink::~FdLink() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 namespace {
 
@@ -33,6 +39,48 @@ Result<LinkPtr> attach_one(bpf_program* prog, const std::string& path, std::uint
                       err);
   }
   return LinkPtr(link);
+}
+
+// union bpf_attr as BPF_LINK_CREATE reads it for a multi-uprobe link (include/uapi/linux/bpf.h,
+// Linux 6.6: link_create.uprobe_multi); Debian 12's headers predate it.
+struct UprobeMultiAttr {
+  std::uint32_t prog_fd;
+  std::uint32_t target_fd;
+  std::uint32_t attach_type;
+  std::uint32_t link_flags;
+  std::uint64_t path;             // const char *
+  std::uint64_t offsets;          // const __u64 *, file offsets
+  std::uint64_t ref_ctr_offsets;  // none
+  std::uint64_t cookies;          // const __u64 *, bpf_get_attach_cookie() per offset
+  std::uint32_t cnt;
+  std::uint32_t flags;  // BPF_F_UPROBE_MULTI_RETURN
+  std::uint32_t pid;    // 0: every process
+  std::uint32_t pad;
+};
+static_assert(sizeof(UprobeMultiAttr) == 64);
+constexpr std::uint32_t kBpfLinkCreate = 28;         // enum bpf_cmd BPF_LINK_CREATE
+constexpr std::uint32_t kUprobeMultiAttachType = 48;  // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI
+constexpr std::uint32_t kUprobeMultiReturn = 1;       // BPF_F_UPROBE_MULTI_RETURN
+
+Result<FdLink> attach_multi(bpf_program* prog, const std::string& path,
+                            const std::vector<std::uint64_t>& offsets,
+                            const std::vector<std::uint64_t>& cookies, bool retprobe) {
+  UprobeMultiAttr attr{};
+  attr.prog_fd = static_cast<std::uint32_t>(bpf_program__fd(prog));
+  attr.attach_type = kUprobeMultiAttachType;
+  attr.path = reinterpret_cast<std::uintptr_t>(path.c_str());
+  attr.offsets = reinterpret_cast<std::uintptr_t>(offsets.data());
+  attr.cookies = reinterpret_cast<std::uintptr_t>(cookies.data());
+  attr.cnt = static_cast<std::uint32_t>(offsets.size());
+  attr.flags = retprobe ? kUprobeMultiReturn : 0;
+  const long fd = ::syscall(__NR_bpf, kBpfLinkCreate, &attr, sizeof(attr));
+  if (fd < 0) {
+    const int err = errno;
+    return make_error(std::string(retprobe ? "multi-uretprobe" : "multi-uprobe") + " link of " +
+                          std::to_string(offsets.size()) + " offsets: " + std::strerror(err),
+                      err);
+  }
+  return FdLink(static_cast<int>(fd));
 }
 
 // File descriptors this process may still open (RLIMIT_NOFILE minus those open); -1 unknown.
@@ -74,6 +122,27 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
     return make_error(path + ": exports none of the traced " + std::string(api_name(api)) +
                       " calls (stripped or not a CUDA library?)");
   }
+  bpf_program* enter_multi = api == Api::kNccl ? programs.nccl_enter_multi : programs.enter_multi;
+  bpf_program* exit_multi = api == Api::kNccl ? programs.nccl_exit_multi : programs.exit_multi;
+  if (enter_multi && exit_multi) {
+    std::vector<std::uint64_t> offsets, cookies;
+    for (const auto& [offset, target] : targets) {
+      offsets.push_back(offset);
+      cookies.push_back(cookie_of(target.first));
+    }
+    if (auto in = attach_multi(enter_multi, path, offsets, cookies, false); in) {
+      if (auto out = attach_multi(exit_multi, path, offsets, cookies, true); out) {
+        probes->multi_links_.push_back(std::move(*in));
+        probes->multi_links_.push_back(std::move(*out));
+        probes->probes_ = 2 * targets.size();
+        for (const auto& [offset, target] : targets) {
+          probes->attached_symbols_.push_back(target.second);
+        }
+        return probes;
+      }
+    }
+    // A kernel that refuses them for this file: the per-probe links below.
+  }
   // Two descriptors per probe and pair: find out before attaching, rather than attach part of
   // the set and give it back (each detach waits for an RCU grace period).
   const long needed = 4 * static_cast<long>(targets.size()) + 8;
@@ -102,6 +171,7 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
   if (probes->links_.empty()) {
     return make_error(path + ": no probe could be attached: " + last.message, last.err);
   }
+  probes->probes_ = probes->links_.size();
   if (probes->attached_symbols_.size() < targets.size()) {
     // Out of file descriptors or memory part way: a partial set would stay partial for good
     // (the file counts as traced). Give it all back and let discovery retry the whole file.

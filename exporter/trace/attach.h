@@ -2,8 +2,12 @@
 // traced call or a variant of one, the call id as bpf_cookie
 // (trace::cookie_of: the call id, plus how NCCL probes read arguments). Probes attach to the file (its
 // inode), so every process that maps it is traced, including ones that map it later.
-// Destroying the object detaches; on 6.x kernels each detach waits for an RCU grace period
-// (about 110 ms here, serialised by the kernel), so callers destroy off hot threads.
+// Where the kernel has multi-uprobe links (Linux 6.6; CallPrograms::enter_multi is set), a file
+// gets one link per direction holding every probe, created with a raw BPF_LINK_CREATE (libbpf
+// 1.1 predates them); elsewhere, or when that fails, one link per probe.
+// Destroying the object detaches; on 6.x kernels each per-probe detach waits for an RCU grace
+// period (about 110 ms here, serialised by the kernel), a multi link once per link, so callers
+// destroy off hot threads.
 // Not thread-safe.
 #pragma once
 
@@ -30,6 +34,24 @@ struct CallPrograms {
   bpf_program* exit = nullptr;
   bpf_program* nccl_enter = nullptr;
   bpf_program* nccl_exit = nullptr;
+  // The same programs loaded for multi-uprobe links; nullptr where the kernel lacks them.
+  bpf_program* enter_multi = nullptr;
+  bpf_program* exit_multi = nullptr;
+  bpf_program* nccl_enter_multi = nullptr;
+  bpf_program* nccl_exit_multi = nullptr;
+};
+
+// A link created by a raw bpf() call: its descriptor, closed (detached) on destruction.
+class FdLink {
+ public:
+  explicit FdLink(int fd) : fd_(fd) {}
+  ~FdLink();
+  FdLink(FdLink&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  FdLink& operator=(FdLink&&) = delete;
+  FdLink(const FdLink&) = delete;
+
+ private:
+  int fd_;
 };
 
 class LibraryProbes {
@@ -42,12 +64,15 @@ class LibraryProbes {
   static Result<std::unique_ptr<LibraryProbes>> attach(const CallPrograms& programs,
                                                        const std::string& path, Api api);
 
-  size_t probe_count() const { return links_.size(); }
+  size_t probe_count() const { return probes_; }
+  bool multi() const { return !multi_links_.empty(); }  // attached through multi-uprobe links
   const std::vector<std::string>& attached_symbols() const { return attached_symbols_; }
   const std::vector<std::string>& missing_calls() const { return missing_calls_; }
 
  private:
   std::vector<LinkPtr> links_;
+  std::vector<FdLink> multi_links_;
+  size_t probes_ = 0;
   std::vector<std::string> attached_symbols_;
   std::vector<std::string> missing_calls_;
 };

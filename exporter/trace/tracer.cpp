@@ -116,13 +116,46 @@ bool kernel_has_tracepoint(const btf* vmlinux, const char* name) {
   return btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0;
 }
 
+constexpr int kUprobeMultiAttach = 48;  // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI (Linux 6.6)
+
+// Loads the multi-uprobe copies of the call programs (expected attach type
+// BPF_TRACE_UPROBE_MULTI) or leaves them out.
+void configure_uprobe_multi(stallwatch_bpf* skel, bool on) {
+  for (bpf_program* p : {skel->progs.cuda_enter_multi, skel->progs.cuda_exit_multi,
+                         skel->progs.nccl_enter_multi, skel->progs.nccl_exit_multi}) {
+    if (on) {
+      bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kUprobeMultiAttach));
+    } else {
+      bpf_program__set_autoload(p, false);
+    }
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
   libbpf_set_print(libbpf_log);
+  // Multi-uprobe links (one kernel object per library file and direction instead of one per
+  // probe) where vmlinux has them; a kernel that then refuses the programs gets a second load
+  // without them.
+  btf* probe_btf = btf__load_vmlinux_btf();
+  const bool multi = options.uprobe_multi && !libbpf_get_error(probe_btf) &&
+                     btf__find_by_name_kind(probe_btf, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
+  if (!libbpf_get_error(probe_btf)) btf__free(probe_btf);
+  auto r = open_once(options, multi);
+  if (!r && multi) {
+    SW_LOG(kWarn) << r.error().message << "; loading again with one link per probe";
+    r = open_once(options, false);
+  }
+  return r;
+}
+
+Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, bool multi) {
   std::unique_ptr<Tracer> t(new Tracer());
   t->skel_ = stallwatch_bpf__open();
   if (!t->skel_) return load_error("opening the BPF object failed", errno);
+  t->uprobe_multi_ = multi;
+  configure_uprobe_multi(t->skel_, multi);
   t->skel_->rodata->outlier_threshold_ns = static_cast<__u64>(options.outlier_threshold.count());
   t->skel_->rodata->capture_stacks = options.stacks;
   // Host hooks whose tracepoint this kernel lacks are not loaded (their measure is missing,
@@ -219,10 +252,20 @@ int Tracer::inflight_iter_link_fd() const {
 int Tracer::fold_iter_link_fd() const {
   return skel_->links.fold_offcpu ? bpf_link__fd(skel_->links.fold_offcpu) : -1;
 }
-bpf_program* Tracer::call_enter_program() const { return skel_->progs.cuda_enter; }
-bpf_program* Tracer::call_exit_program() const { return skel_->progs.cuda_exit; }
-bpf_program* Tracer::nccl_enter_program() const { return skel_->progs.nccl_enter; }
-bpf_program* Tracer::nccl_exit_program() const { return skel_->progs.nccl_exit; }
+CallPrograms Tracer::call_programs() const {
+  CallPrograms p;
+  p.enter = skel_->progs.cuda_enter;
+  p.exit = skel_->progs.cuda_exit;
+  p.nccl_enter = skel_->progs.nccl_enter;
+  p.nccl_exit = skel_->progs.nccl_exit;
+  if (uprobe_multi_) {
+    p.enter_multi = skel_->progs.cuda_enter_multi;
+    p.exit_multi = skel_->progs.cuda_exit_multi;
+    p.nccl_enter_multi = skel_->progs.nccl_enter_multi;
+    p.nccl_exit_multi = skel_->progs.nccl_exit_multi;
+  }
+  return p;
+}
 
 int Tracer::handle_outlier(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "trace/attach.h"
 #include "trace/records.h"
 #include "trace/snapshot.h"
 
@@ -26,6 +27,7 @@ namespace stallwatch::trace {
 struct TracerOptions {
   std::chrono::nanoseconds outlier_threshold{std::chrono::milliseconds(1)};
   bool stacks = true;  // --stacks: outliers carry the native and Python stack
+  bool uprobe_multi = true;  // --uprobe-multi: multi-uprobe links where the kernel has them
 };
 
 class Tracer {
@@ -50,10 +52,9 @@ class Tracer {
   // The link of the iter/task program fold_offcpu, which moves the threads' off-CPU tallies
   // into the map offcpu; run (bpf_iter_create, read to the end) before reading that map.
   int fold_iter_link_fd() const;
-  bpf_program* call_enter_program() const;
-  bpf_program* call_exit_program() const;
-  bpf_program* nccl_enter_program() const;
-  bpf_program* nccl_exit_program() const;
+  // The call probes' programs; the multi-uprobe copies only where the kernel loaded them.
+  CallPrograms call_programs() const;
+  bool uprobe_multi() const { return uprobe_multi_; }
   // Host hooks this kernel lacks (named by what they measure), for `check` and the log.
   const std::vector<std::string>& unavailable_hooks() const { return unavailable_; }
 
@@ -79,6 +80,8 @@ class Tracer {
   LibMapHandler lib_map_handler_;
   OomKillHandler oom_kill_handler_;
   std::vector<std::string> unavailable_;
+  static Result<std::unique_ptr<Tracer>> open_once(const TracerOptions& options, bool multi);
+  bool uprobe_multi_ = false;
 };
 
 // Sum of the per-CPU lost-event counters, by enum sw_lost_source.

@@ -196,9 +196,13 @@ TEST_F(Tracing, OffCpuTimeOfExitedThreadsIsKeptWhole) {
   EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", "offcpu_map_full"}}), 0);
 }
 
+// One link per probe (--uprobe-multi=off, as on kernels before 6.6): the other tests here use
+// multi-uprobe links where the kernel has them, this one the per-probe path.
 TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {
-  Daemon daemon({"--detach-linger", "500ms"});
+  Daemon daemon({"--detach-linger", "500ms", "--uprobe-multi", "off"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  EXPECT_NE(slurp(daemon.log_path()).find("call probes: one link per probe (--uprobe-multi=off)"),
+            std::string::npos);
   TestCgroup cg(unique("exit"));
   Spawn s;
   s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls", "cudaMemset:4"};
@@ -257,6 +261,13 @@ TEST(Preattach, LibraryDirsAreAttachedBeforeUseSoNoFirstCallIsLost) {
   EXPECT_NE(slurp(daemon.log_path()).find(copy + " (runtime, on disk, before any process maps it)"),
             std::string::npos)
       << slurp(daemon.log_path());
+  // Kernels with multi-uprobe links (their link type is in vmlinux BTF) get one link per file
+  // and direction (issue #19).
+  if (slurp("/sys/kernel/btf/vmlinux").find("bpf_uprobe_multi_link") != std::string::npos) {
+    EXPECT_NE(slurp(daemon.log_path()).find("call probes: one multi-uprobe link per library file"),
+              std::string::npos)
+        << slurp(daemon.log_path());
+  }
   TestCgroup cg(unique("preattach"));
   Spawn s;
   s.argv = {STACK_APP_BIN, copy, "3000"};  // dlopen, then 3,000 syncs at once
