@@ -346,6 +346,7 @@ const std::map<std::string, std::string>& samples() {
       {"stacks", "off"},
       {"library-dirs", "/opt/cuda/lib"},
       {"attach-on-disk", "true"},
+      {"uprobe-multi", "off"},
       {"hang-threshold", "90s"},
       {"rescan-interval", "1m"},
       {"detach-linger", "5s"},
