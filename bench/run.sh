@@ -442,15 +442,20 @@ done
 # ---------------------------------------------------------------------------------------------
 # 3. BPF program run time per run, from bpf_stats (only now: it slows every program a little).
 # {name: {run_time_ns, run_cnt}} summed over the programs our daemon and loader hold. This
-# bpftool lists no owner pids, so the program ids come from the attachments perf show lists.
+# bpftool lists no owner pids: the ids come from the attachments perf show lists (the loader's
+# per-probe links) and from the prog_id of the daemon's open program descriptors (its
+# multi-uprobe links are not perf events). A *_multi copy (its name cut to 15 characters) counts
+# as its program.
 prog_stats() {
-  local ids
+  local ids fd_ids
+  fd_ids=$( (grep -h '^prog_id:' /proc/"${DAEMON_PID:-0}"/fdinfo/* 2>/dev/null || true) |
+    awk '{print $2}' | jq -sc '.')
   ids=$(bpftool perf show -j |
-    jq -c --argjson mine "[${DAEMON_PID:-0},${LOADER_PID:-0}]" \
-      '[.[] | select(.pid | IN($mine[])) | .prog_id] | unique')
+    jq -c --argjson mine "[${DAEMON_PID:-0},${LOADER_PID:-0}]" --argjson fds "$fd_ids" \
+      '[(.[] | select(.pid | IN($mine[])) | .prog_id), $fds[]] | unique')
   bpftool prog show -j |
     jq -c --argjson ids "$ids" '
-      [.[] | select(.id | IN($ids[]))]
+      [.[] | select(.id | IN($ids[])) | .name |= sub("_multi?$"; "")]
       | group_by(.name)
       | map({key: .[0].name, value: {run_time_ns: (map(.run_time_ns // 0) | add),
                                      run_cnt: (map(.run_cnt // 0) | add)}})
