@@ -16,7 +16,7 @@ roff() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"; }
 
 {
   echo "[COMMANDS]"
-  for cmd in run check explain query demo; do
+  for cmd in run check explain query demo stacks export mcp; do
     echo ".SS \"stallwatch $cmd\""
     echo ".nf"
     "$bin" "$cmd" --help | roff

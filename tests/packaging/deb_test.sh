@@ -64,7 +64,7 @@ grep -q '^ExecStart=/usr/bin/stallwatch run \$STALLWATCH_OPTS$' <<< "$unit" ||
 grep -q '^StateDirectory=stallwatch$' <<< "$unit" || fail "the unit has no StateDirectory"
 
 man=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man8/stallwatch.8.gz | gzip -dc)
-for cmd in run check explain query demo; do
+for cmd in run check explain query demo stacks export mcp; do
   usage=$("$build/stallwatch" "$cmd" --help | sed -n 1p)
   grep -qF -- "$usage" <<< "$man" || fail "the man page lacks '$usage' (stallwatch $cmd --help)"
 done
