@@ -23,6 +23,7 @@
 
 #include "common/strings.h"
 #include "support/harness.h"
+#include "support/process.h"
 
 namespace stallwatch::test {
 namespace {
@@ -130,8 +131,10 @@ TEST(Attack, ReusedPidDoesNotMergeTwoProcesses) {
 // Out of file descriptors while attaching (each probe holds fds): the library is not traced
 // yet, the failure is not remembered as permanent, and once descriptors are free again the
 // next process that maps the same file gets it traced (issue #15: EMFILE was cached for good).
+// One link per probe (--uprobe-multi=off): multi-uprobe links (issue #19) need two descriptors
+// per file, which the tight limit below leaves room for.
 TEST(Attack, OutOfFileDescriptorsIsRetried) {
-  Daemon daemon({"--rescan-interval", "1s"});
+  Daemon daemon({"--rescan-interval", "1s", "--uprobe-multi", "off"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
   // A copy of the library: a new inode, which the daemon has to attach to.
   const std::string dir = "/tmp/stallwatch-emfile-" + std::to_string(getpid());
@@ -184,6 +187,47 @@ TEST(Attack, OutOfFileDescriptorsIsRetried) {
                         {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
             4)
       << capture("tail -20 " + daemon.log_path());
+  std::filesystem::remove_all(dir);
+}
+
+// With multi-uprobe links (Linux >= 6.6) a library file costs two descriptors whatever its
+// probe count: under the same tight limit the file is traced at once and every call counted.
+TEST(Attack, MultiUprobeLinksNeedTwoDescriptorsPerFile) {
+  if (slurp("/sys/kernel/btf/vmlinux").find("bpf_uprobe_multi_link") == std::string::npos) {
+    GTEST_SKIP() << "this kernel has no multi-uprobe links (Linux < 6.6)";
+  }
+  Daemon daemon({"--rescan-interval", "1s"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  const std::string dir = "/tmp/stallwatch-twofds-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string copy = dir + "/libcudart.so.12";
+  std::filesystem::copy_file(kCudart, copy, std::filesystem::copy_options::overwrite_existing);
+  size_t open_fds = 0;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/fd")) {
+    (void)e;
+    ++open_fds;
+  }
+  struct rlimit tight {};
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &tight), 0);
+  const rlim_t soft = tight.rlim_cur;
+  tight.rlim_cur = open_fds + 16;  // as in OutOfFileDescriptorsIsRetried
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  TestCgroup cg("sw-twofds-" + std::to_string(getpid()));
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", "500", "--calls",
+            "cudaMemset:4"};
+  s.cgroup_dir = cg.dir();
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()),
+                        "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            4)
+      << capture("tail -20 " + daemon.log_path());
+  EXPECT_EQ(capture("cat " + daemon.log_path()).find("file descriptors"), std::string::npos);
+  tight.rlim_cur = soft;
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
   std::filesystem::remove_all(dir);
 }
 
