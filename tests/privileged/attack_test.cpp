@@ -128,6 +128,32 @@ TEST(Attack, ReusedPidDoesNotMergeTwoProcesses) {
             8);
 }
 
+// A copy of the mock runtime in `dir`: a new inode, which the daemon has to attach to.
+std::string private_copy(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string copy = dir + "/libcudart.so.12";
+  std::filesystem::copy_file(kCudart, copy, std::filesystem::copy_options::overwrite_existing);
+  return copy;
+}
+
+// Cuts the daemon's soft RLIMIT_NOFILE to its open descriptors + 16: room for /proc reads, the
+// ELF file and scrapes, not for ~40 probes of two descriptors each. Only the soft limit:
+// raising a hard limit back needs CAP_SYS_RESOURCE, which this VM's root lacks. The limits
+// before go to *soft and *hard where given.
+bool tighten_descriptors(int pid, rlim_t* soft, rlim_t* hard) {
+  size_t open_fds = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    (void)e;
+    ++open_fds;
+  }
+  struct rlimit tight {};
+  if (::prlimit(pid, RLIMIT_NOFILE, nullptr, &tight) != 0) return false;
+  if (soft) *soft = tight.rlim_cur;
+  if (hard) *hard = tight.rlim_max;
+  tight.rlim_cur = open_fds + 16;
+  return ::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr) == 0;
+}
+
 // Out of file descriptors while attaching (each probe holds fds): the library is not traced
 // yet, the failure is not remembered as permanent, and once descriptors are free again the
 // next process that maps the same file gets it traced (issue #15: EMFILE was cached for good).
@@ -136,25 +162,10 @@ TEST(Attack, ReusedPidDoesNotMergeTwoProcesses) {
 TEST(Attack, OutOfFileDescriptorsIsRetried) {
   Daemon daemon({"--rescan-interval", "1s", "--uprobe-multi", "off"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
-  // A copy of the library: a new inode, which the daemon has to attach to.
   const std::string dir = "/tmp/stallwatch-emfile-" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  const std::string copy = dir + "/libcudart.so.12";
-  std::filesystem::copy_file(kCudart, copy, std::filesystem::copy_options::overwrite_existing);
-  size_t open_fds = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/fd")) {
-    (void)e;
-    ++open_fds;
-  }
-  // Room for /proc reads, the ELF file and scrapes, not for ~40 probes of two fds each.
-  // Only the soft limit: raising a hard limit back needs CAP_SYS_RESOURCE, which this VM's
-  // root lacks.
-  struct rlimit tight {};
-  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &tight), 0);
-  const rlim_t hard = tight.rlim_max;
-  tight.rlim_cur = open_fds + 16;
-  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  const std::string copy = private_copy(dir);
+  rlim_t hard = 0;
+  ASSERT_TRUE(tighten_descriptors(daemon.pid(), nullptr, &hard));
   TestCgroup cg("sw-emfile-" + std::to_string(getpid()));
   Spawn s;
   s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", "300", "--calls",
@@ -199,20 +210,9 @@ TEST(Attack, MultiUprobeLinksNeedTwoDescriptorsPerFile) {
   Daemon daemon({"--rescan-interval", "1s"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
   const std::string dir = "/tmp/stallwatch-twofds-" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  const std::string copy = dir + "/libcudart.so.12";
-  std::filesystem::copy_file(kCudart, copy, std::filesystem::copy_options::overwrite_existing);
-  size_t open_fds = 0;
-  for (const auto& e :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/fd")) {
-    (void)e;
-    ++open_fds;
-  }
-  struct rlimit tight {};
-  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &tight), 0);
-  const rlim_t soft = tight.rlim_cur;
-  tight.rlim_cur = open_fds + 16;  // as in OutOfFileDescriptorsIsRetried
-  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  const std::string copy = private_copy(dir);
+  rlim_t soft = 0;
+  ASSERT_TRUE(tighten_descriptors(daemon.pid(), &soft, nullptr));
   TestCgroup cg("sw-twofds-" + std::to_string(getpid()));
   Spawn s;
   s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", "500", "--calls",
@@ -226,8 +226,10 @@ TEST(Attack, MultiUprobeLinksNeedTwoDescriptorsPerFile) {
             4)
       << capture("tail -20 " + daemon.log_path());
   EXPECT_EQ(capture("cat " + daemon.log_path()).find("file descriptors"), std::string::npos);
-  tight.rlim_cur = soft;
-  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &tight, nullptr), 0);
+  struct rlimit back {};
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &back), 0);
+  back.rlim_cur = soft;
+  ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &back, nullptr), 0);
   std::filesystem::remove_all(dir);
 }
 
