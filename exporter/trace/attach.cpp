@@ -13,6 +13,8 @@
 #include <map>
 #include <set>
 
+#include "common/log.h"
+#include "common/strings.h"
 #include "trace/elf_symbols.h"
 
 namespace stallwatch::trace {
@@ -130,18 +132,18 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
       offsets.push_back(offset);
       cookies.push_back(cookie_of(target.first));
     }
-    if (auto in = attach_multi(enter_multi, path, offsets, cookies, false); in) {
-      if (auto out = attach_multi(exit_multi, path, offsets, cookies, true); out) {
-        probes->multi_links_.push_back(std::move(*in));
-        probes->multi_links_.push_back(std::move(*out));
-        probes->probes_ = 2 * targets.size();
-        for (const auto& [offset, target] : targets) {
-          probes->attached_symbols_.push_back(target.second);
-        }
-        return probes;
-      }
+    auto in = attach_multi(enter_multi, path, offsets, cookies, false);
+    auto out = in ? attach_multi(exit_multi, path, offsets, cookies, true) : Result<FdLink>(in.error());
+    if (in && out) {
+      probes->multi_links_.push_back(std::move(*in));
+      probes->multi_links_.push_back(std::move(*out));
+      probes->probes_ = 2 * targets.size();
+      for (const auto& [offset, target] : targets) probes->attached_symbols_.push_back(target.second);
+      return probes;
     }
-    // A kernel that refuses them for this file: the per-probe links below.
+    // A kernel that refuses them for this file: the per-probe links below, said once per file.
+    SW_LOG(kWarn) << escape_name(path) << ": " << (in ? out.error() : in.error()).message
+                  << "; one link per probe for this file";
   }
   // Two descriptors per probe and pair: find out before attaching, rather than attach part of
   // the set and give it back (each detach waits for an RCU grace period).
