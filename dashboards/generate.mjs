@@ -11,9 +11,25 @@ import { fileURLToPath } from 'node:url';
 const here = dirname(fileURLToPath(import.meta.url));
 
 const DS = { type: 'prometheus', uid: '${datasource}' };
-// Label matchers of every per-workload series: the dashboard's variables.
-const W = 'job=~"$job", namespace=~"$namespace", pod=~"$pod", cgroup=~"$cgroup"';
-const sel = (extra = '') => `{${W}${extra ? `, ${extra}` : ''}}`;
+// Label matchers every per-workload series carries under every --metrics.identity-labels
+// setting: the scrape's job and the cgroup. The Kubernetes identity (namespace, pod, container,
+// container_id) may be left off the series, so it is joined from stallwatch_cgroup_info, which
+// keeps it all: wl(v) restricts v to the selected workloads and gives it their identity labels.
+const sel = (extra = '') => `{job=~"$job", cgroup=~"$cgroup"${extra ? `, ${extra}` : ''}}`;
+const INFO = 'stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace", pod=~"$pod", cgroup=~"$cgroup"}';
+const ID = 'namespace, pod, container, container_id';
+const wl = (v) => `(${v} * on (job, instance, cgroup) group_left (${ID}) ${INFO})`;
+// Histograms as either Prometheus stores them: native (a Prometheus with native histograms
+// asks for the protobuf exposition and keeps no _bucket/_count/_sum series) or classic. Each
+// is computed per (job, instance, cgroup, by...) before any join, so no histogram sample meets
+// an arithmetic operator.
+const per = (by) => `job, instance, cgroup${by ? `, ${by}` : ''}`;
+const quantile = (phi, metric, by, extra = '') =>
+  `(histogram_quantile(${phi}, sum by (${per(by)}) (rate(${metric}${sel(extra)}[${RI}]))) or histogram_quantile(${phi}, sum by (${per(by)}, le) (rate(${metric}_bucket${sel(extra)}[${RI}]))))`;
+const hcount = (metric, extra = '') =>
+  `(histogram_count(rate(${metric}${sel(extra)}[${RI}])) or rate(${metric}_count${sel(extra)}[${RI}]))`;
+const hsum = (metric, extra = '') =>
+  `(histogram_sum(rate(${metric}${sel(extra)}[${RI}])) or rate(${metric}_sum${sel(extra)}[${RI}]))`;
 // The daemon's own series (no workload labels).
 const SELF = '{job=~"$job"}';
 const SYNC_CALLS = 'cudaStreamSynchronize|cudaDeviceSynchronize|cuStreamSynchronize|cuCtxSynchronize';
@@ -284,15 +300,15 @@ function overview() {
   const p = [];
   p.push(row('Causal chains'));
   p.push(stat('Open chains', 'Causal chains open now (stallwatch_chain_active) for the selected workloads.',
-    [[`sum(stallwatch_chain_active${sel()}) or vector(0)`, 'open']], { w: 4, steps: [[1, 'orange']] }));
+    [[`sum(${wl(`stallwatch_chain_active${sel()}`)}) or vector(0)`, 'open']], { w: 4, steps: [[1, 'orange']] }));
   p.push(stat('Critical chains', 'Chains open now with severity critical: these page.',
-    [[`sum(stallwatch_chain_active${sel('severity="critical"')}) or vector(0)`, 'critical']], { w: 4, steps: [[1, 'red']] }));
+    [[`sum(${wl(`stallwatch_chain_active${sel('severity="critical"')}`)}) or vector(0)`, 'critical']], { w: 4, steps: [[1, 'red']] }));
   p.push(timeseries('Active chains by kind and severity', 'stallwatch_chain_active summed by kind and current severity: 1 per open chain.',
-    [[`sum by (kind, severity) (stallwatch_chain_active${sel()})`, '{{kind}} ({{severity}})']], { w: 16, stack: true, min: 0 }));
+    [[`sum by (kind, severity) (${wl(`stallwatch_chain_active${sel()}`)})`, '{{kind}} ({{severity}})']], { w: 16, stack: true, min: 0 }));
   p.push(timeseries('Chains opened per hour', 'rate(stallwatch_chains_total) by kind and the severity each chain opened with, per hour.',
-    [[`3600 * sum by (kind, severity) (rate(stallwatch_chains_total${sel()}[${RI}]))`, '{{kind}} ({{severity}})']], { w: 8, min: 0, unit: 'suffix: chains/h' }));
+    [[`3600 * sum by (kind, severity) (${wl(`rate(stallwatch_chains_total${sel()}[${RI}])`)})`, '{{kind}} ({{severity}})']], { w: 8, min: 0, unit: 'suffix: chains/h' }));
   p.push(table('Open chains', 'One line per open chain (stallwatch_chain_active == 1): what, how bad, and which workload. `stallwatch explain --since 1h --cgroup CGROUP` on the node tells the whole story.',
-    [[`stallwatch_chain_active${sel()} == 1`, '']], {
+    [[`${wl(`stallwatch_chain_active${sel()}`)} == 1`, '']], {
       w: 16,
       organize: {
         excludeByName: { Time: true, Value: true, __name__: true, job: true },
@@ -301,8 +317,7 @@ function overview() {
     }));
 
   p.push(row('CUDA calls'));
-  const q = (phi) =>
-    `histogram_quantile(${phi}, sum by (le, call, namespace, pod, cgroup) (rate(stallwatch_cuda_call_duration_seconds_bucket${sel()}[${RI}])))`;
+  const q = (phi) => wl(quantile(phi, 'stallwatch_cuda_call_duration_seconds', 'call'));
   p.push(timeseries('CUDA call p50 per call and workload', 'Median wall time of each traced CUDA runtime/driver/NCCL call (log2 buckets: a value is the upper bound of its power of two).',
     [[q(0.5), '{{call}} {{namespace}}/{{pod}} {{cgroup}}']], { unit: 's' }));
   p.push(timeseries('CUDA call p99 per call and workload', 'p99 wall time of each traced call. A sync call whose p99 climbs while the GPU counter stays flat is the host, not the GPU.',
@@ -310,11 +325,11 @@ function overview() {
 
   p.push(row('Off-CPU time of the CUDA-issuing threads'));
   p.push(timeseries('Off-CPU runnable (waiting for a CPU) per workload', 'stallwatch_offcpu_ratio{state="runnable"}: share of the CUDA-issuing threads\' time spent runnable but not running (CPU contention).',
-    [[`max by (namespace, pod, cgroup) (stallwatch_offcpu_ratio${sel('state="runnable"')})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`max by (namespace, pod, cgroup) (${wl(`stallwatch_offcpu_ratio${sel('state="runnable"')}`)})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
   p.push(timeseries('Off-CPU blocked (sleeping) per workload', 'stallwatch_offcpu_ratio{state="blocked"}: share spent sleeping (I/O, locks, memory reclaim, waiting on the GPU).',
-    [[`max by (namespace, pod, cgroup) (stallwatch_offcpu_ratio${sel('state="blocked"')})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`max by (namespace, pod, cgroup) (${wl(`stallwatch_offcpu_ratio${sel('state="blocked"')}`)})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
   p.push(timeseries('GPU starvation per workload', 'stallwatch_gpu_starvation_ratio: share of wall time blocked outside any CUDA call, the host making the GPU wait between steps.',
-    [[`max by (namespace, pod, cgroup) (stallwatch_gpu_starvation_ratio${sel()})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`max by (namespace, pod, cgroup) (${wl(`stallwatch_gpu_starvation_ratio${sel()}`)})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
 
   p.push(row('stallwatch health (the daemons of $job)'));
   p.push(stat('Scrape targets up', 'up of the stallwatch scrape job: fewer than the node count means a node is blind.',
@@ -349,10 +364,10 @@ function counterHides() {
   const p = [];
   // DCGM series of the selected pods, restricted to the selected stallwatch workloads (cgroup).
   const dcgm = `DCGM_FI_DEV_GPU_UTIL{namespace=~"$namespace", pod=~"$pod", pod!=""}`;
-  const inWorkloads = `on (namespace, pod) group_left () max by (namespace, pod) (stallwatch_cgroup_info${sel()})`;
+  const inWorkloads = `on (namespace, pod) group_left () max by (namespace, pod) (${INFO})`;
   const util = (by) => `avg by (${by}) (${dcgm} * ${inWorkloads})`;
-  const syncSel = sel(`call=~"${SYNC_CALLS}"`);
-  const syncP99 = (by) => `histogram_quantile(0.99, sum by (${by}le) (rate(stallwatch_cuda_call_duration_seconds_bucket${syncSel}[${RI}])))`;
+  // The p99 of the synchronize calls of each container, the worst container of the pod.
+  const syncP99 = (by) => `max by (${by}) (${wl(quantile(0.99, 'stallwatch_cuda_call_duration_seconds', by.includes('call') ? 'call' : '', `call=~"${SYNC_CALLS}"`))})`;
   p.push(text('How to read this dashboard', [
     '**The GPU counter says "a kernel was running", not "the job is fast".** `DCGM_FI_DEV_GPU_UTIL` counts the share of time *any* kernel was resident; a job whose CPU threads are starved still shows 90%+ while its steps take twice as long.',
     '',
@@ -365,9 +380,9 @@ function counterHides() {
   p.push(table('All selected pods at a glance', 'Last values per pod: GPU utilisation (DCGM), off-CPU runnable ratio, GPU starvation and sync p99 (stallwatch).',
     [
       [util('namespace, pod'), ''],
-      [`max by (namespace, pod) (stallwatch_offcpu_ratio${sel('state="runnable"')})`, ''],
-      [`max by (namespace, pod) (stallwatch_gpu_starvation_ratio${sel()})`, ''],
-      [syncP99('namespace, pod, '), ''],
+      [`max by (namespace, pod) (${wl(`stallwatch_offcpu_ratio${sel('state="runnable"')}`)})`, ''],
+      [`max by (namespace, pod) (${wl(`stallwatch_gpu_starvation_ratio${sel()}`)})`, ''],
+      [syncP99('namespace, pod'), ''],
     ], {
       h: 7,
       merge: true,
@@ -388,17 +403,17 @@ function counterHides() {
   p.push(stat('GPU utilisation (DCGM)', 'DCGM_FI_DEV_GPU_UTIL averaged over the GPUs of the pod: what nvidia-smi and most dashboards show.',
     [[util('namespace, pod'), '{{pod}}']], { unit: 'percent', steps: [], decimals: 0 }));
   p.push(stat('Off-CPU: waiting for a CPU', 'stallwatch_offcpu_ratio{state="runnable"}: share of the CUDA-issuing threads\' time runnable but not running.',
-    [[`max by (namespace, pod) (stallwatch_offcpu_ratio${sel('state="runnable"')})`, '{{pod}}']], { unit: 'percentunit', steps: [[0.1, 'orange'], [0.3, 'red']] }));
+    [[`max by (namespace, pod) (${wl(`stallwatch_offcpu_ratio${sel('state="runnable"')}`)})`, '{{pod}}']], { unit: 'percentunit', steps: [[0.1, 'orange'], [0.3, 'red']] }));
   p.push(stat('GPU starved by the host', 'stallwatch_gpu_starvation_ratio: share of wall time blocked outside any CUDA call (waiting for data).',
-    [[`max by (namespace, pod) (stallwatch_gpu_starvation_ratio${sel()})`, '{{pod}}']], { unit: 'percentunit', steps: [[0.1, 'orange'], [0.3, 'red']] }));
+    [[`max by (namespace, pod) (${wl(`stallwatch_gpu_starvation_ratio${sel()}`)})`, '{{pod}}']], { unit: 'percentunit', steps: [[0.1, 'orange'], [0.3, 'red']] }));
   p.push(stat('Synchronize p99', 'p99 of cudaStreamSynchronize, cudaDeviceSynchronize, cuStreamSynchronize and cuCtxSynchronize together.',
-    [[syncP99('namespace, pod, '), '{{pod}}']], { unit: 's', steps: [[0.05, 'orange'], [0.25, 'red']] }));
+    [[syncP99('namespace, pod'), '{{pod}}']], { unit: 's', steps: [[0.05, 'orange'], [0.25, 'red']] }));
   p.push(timeseries('GPU utilisation per GPU (DCGM)', 'DCGM_FI_DEV_GPU_UTIL of each GPU assigned to the pod.',
     [[util('namespace, pod, Hostname, gpu, UUID'), '{{Hostname}} GPU {{gpu}}']], { unit: 'percent', w: 8, min: 0, max: 100 }));
   p.push(timeseries('Off-CPU ratio (runnable, blocked)', 'stallwatch_offcpu_ratio of the pod\'s CUDA-issuing threads by state.',
-    [[`max by (namespace, pod, state) (stallwatch_offcpu_ratio${sel('state=~"runnable|blocked"')})`, '{{state}}']], { unit: 'percentunit', w: 8, min: 0, max: 1, stack: true }));
+    [[`max by (namespace, pod, state) (${wl(`stallwatch_offcpu_ratio${sel('state=~"runnable|blocked"')}`)})`, '{{state}}']], { unit: 'percentunit', w: 8, min: 0, max: 1, stack: true }));
   p.push(timeseries('Synchronize latency p99 per call', 'p99 of each synchronize call of the pod.',
-    [[syncP99('namespace, pod, call, '), '{{call}}']], { unit: 's', w: 8 }));
+    [[syncP99('namespace, pod, call'), '{{call}}']], { unit: 's', w: 8 }));
   return dashboard({
     uid: 'stallwatch-gpu-counter-hides',
     title: 'What the GPU counter hides',
@@ -412,11 +427,10 @@ function counterHides() {
 function workload() {
   resetLayout();
   const p = [];
-  const hq = (metric, by, extra = '') =>
-    `histogram_quantile(0.99, sum by (${by}, le) (rate(${metric}_bucket${sel(extra)}[${RI}])))`;
+  const hq = (metric, by, extra = '') => `max by (${by}) (${wl(quantile(0.99, metric, by, extra))})`;
   p.push(row('Chains of this workload'));
   p.push(table('Open chains', 'Chains open now on the selected workload (stallwatch_chain_active == 1).',
-    [[`stallwatch_chain_active${sel()} == 1`, '']], {
+    [[`${wl(`stallwatch_chain_active${sel()}`)} == 1`, '']], {
       w: 12,
       organize: {
         excludeByName: { Time: true, Value: true, __name__: true, job: true },
@@ -424,84 +438,84 @@ function workload() {
       },
     }));
   p.push(timeseries('Chains by kind and severity', 'Open chains over time (stallwatch_chain_active), by kind and current severity.',
-    [[`sum by (kind, severity) (stallwatch_chain_active${sel()})`, '{{kind}} ({{severity}})']], { w: 8, min: 0, stack: true }));
+    [[`sum by (kind, severity) (${wl(`stallwatch_chain_active${sel()}`)})`, '{{kind}} ({{severity}})']], { w: 8, min: 0, stack: true }));
   p.push(stat('Chains opened in the time range', 'increase(stallwatch_chains_total) over the dashboard\'s time range, by kind.',
-    [[`sum by (kind) (increase(stallwatch_chains_total${sel()}[$__range]))`, '{{kind}}']], { w: 4, h: 8, instant: true, decimals: 0, steps: [[1, 'orange']] }));
+    [[`sum by (kind) (${wl(`increase(stallwatch_chains_total${sel()}[$__range])`)})`, '{{kind}}']], { w: 4, h: 8, instant: true, decimals: 0, steps: [[1, 'orange']] }));
 
   p.push(row('CUDA call latency'));
   p.push(heatmap('Latency heatmap: $call', 'stallwatch_cuda_call_duration_seconds buckets (powers of two of seconds) of the selected workload, one heatmap per call.',
-    `sum by (le) (increase(stallwatch_cuda_call_duration_seconds_bucket${sel('call=~"$call"')}[${RI}]))`, { repeat: 'call' }));
+    `sum by (le) (${wl(`increase(stallwatch_cuda_call_duration_seconds_bucket${sel('call=~"$call"')}[${RI}])`)})`, { repeat: 'call' }));
   p.push(timeseries('p99 per call', 'p99 wall time per traced call.',
     [[hq('stallwatch_cuda_call_duration_seconds', 'api, call', 'call=~"$call"'), '{{api}} {{call}}']], { unit: 's', w: 12 }));
   p.push(timeseries('Calls per second', 'Traced calls per second, per call.',
-    [[`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_count${sel('call=~"$call"')}[${RI}]))`, '{{call}}']], { unit: 'cps', w: 12 }));
+    [[`sum by (call) (${wl(hcount('stallwatch_cuda_call_duration_seconds', 'call=~"$call"'))})`, '{{call}}']], { unit: 'cps', w: 12 }));
 
   p.push(row('CPU: off-CPU time'));
   p.push(timeseries('Off-CPU inside calls, per call and state', 'rate(stallwatch_cuda_call_offcpu_seconds_total): seconds per second the calling threads spent off-CPU inside each call (runnable: waiting for a CPU; blocked: sleeping).',
-    [[`sum by (call, state) (rate(stallwatch_cuda_call_offcpu_seconds_total${sel('call=~"$call"')}[${RI}]))`, '{{call}} {{state}}']], { unit: 's', w: 8, stack: true }));
+    [[`sum by (call, state) (${wl(`rate(stallwatch_cuda_call_offcpu_seconds_total${sel('call=~"$call"')}[${RI}])`)})`, '{{call}} {{state}}']], { unit: 's', w: 8, stack: true }));
   p.push(timeseries('Off-CPU of the CUDA-issuing threads', 'rate(stallwatch_offcpu_seconds_total) by state, in or out of calls, and the window ratio.',
     [
-      [`sum by (state) (rate(stallwatch_offcpu_seconds_total${sel()}[${RI}]))`, '{{state}} s/s'],
+      [`sum by (state) (${wl(`rate(stallwatch_offcpu_seconds_total${sel()}[${RI}])`)})`, '{{state}} s/s'],
     ], { unit: 's', w: 8, stack: true }));
   p.push(timeseries('Off-CPU ratio and GPU starvation', 'stallwatch_offcpu_ratio by state and stallwatch_gpu_starvation_ratio (blocked outside CUDA calls).',
     [
-      [`max by (state) (stallwatch_offcpu_ratio${sel()})`, 'off-CPU {{state}}'],
-      [`max(stallwatch_gpu_starvation_ratio${sel()})`, 'GPU starvation'],
+      [`max by (state) (${wl(`stallwatch_offcpu_ratio${sel()}`)})`, 'off-CPU {{state}}'],
+      [`max(${wl(`stallwatch_gpu_starvation_ratio${sel()}`)})`, 'GPU starvation'],
     ], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
 
   p.push(row('Memory'));
   p.push(timeseries('Reclaim time', 'rate(stallwatch_memory_reclaim_seconds_total): direct (node short of memory) or memcg (the cgroup at its limit).',
-    [[`sum by (kind) (rate(stallwatch_memory_reclaim_seconds_total${sel()}[${RI}]))`, '{{kind}}']], { unit: 's', w: 8, min: 0 }));
+    [[`sum by (kind) (${wl(`rate(stallwatch_memory_reclaim_seconds_total${sel()}[${RI}])`)})`, '{{kind}}']], { unit: 's', w: 8, min: 0 }));
   p.push(timeseries('OOM kills', 'increase(stallwatch_oom_kills_total) by victim (cuda: a CUDA-issuing process was killed).',
-    [[`sum by (victim) (increase(stallwatch_oom_kills_total${sel()}[${RI}]))`, '{{victim}}']], { w: 8, min: 0, bars: true }));
+    [[`sum by (victim) (${wl(`increase(stallwatch_oom_kills_total${sel()}[${RI}])`)})`, '{{victim}}']], { w: 8, min: 0, bars: true }));
   p.push(timeseries('Pressure stall (PSI)', 'rate(stallwatch_pressure_stall_seconds_total): share of time some / all tasks of the cgroup stalled on cpu, memory or io.',
-    [[`sum by (resource, scope) (rate(stallwatch_pressure_stall_seconds_total${sel()}[${RI}]))`, '{{resource}} {{scope}}']], { unit: 'percentunit', w: 8, min: 0 }));
+    [[`sum by (resource, scope) (${wl(`rate(stallwatch_pressure_stall_seconds_total${sel()}[${RI}])`)})`, '{{resource}} {{scope}}']], { unit: 'percentunit', w: 8, min: 0 }));
 
   p.push(row('Disk I/O'));
   p.push(timeseries('Block I/O p99 per device and op', 'p99 of stallwatch_block_io_duration_seconds (submission to completion) of the requests the workload\'s tasks submitted.',
     [[hq('stallwatch_block_io_duration_seconds', 'device, op'), '{{device}} {{op}}']], { unit: 's', w: 8 }));
   p.push(timeseries('Block I/O throughput', 'rate(stallwatch_block_io_bytes_total) per device and op.',
-    [[`sum by (device, op) (rate(stallwatch_block_io_bytes_total${sel()}[${RI}]))`, '{{device}} {{op}}']], { unit: 'Bps', w: 8, min: 0 }));
+    [[`sum by (device, op) (${wl(`rate(stallwatch_block_io_bytes_total${sel()}[${RI}])`)})`, '{{device}} {{op}}']], { unit: 'Bps', w: 8, min: 0 }));
   p.push(heatmap('Block I/O latency heatmap', 'stallwatch_block_io_duration_seconds buckets, all devices and ops.',
-    `sum by (le) (increase(stallwatch_block_io_duration_seconds_bucket${sel()}[${RI}]))`));
+    `sum by (le) (${wl(`increase(stallwatch_block_io_duration_seconds_bucket${sel()}[${RI}])`)})`));
 
   p.push(row('Network and NCCL'));
   p.push(timeseries('TCP retransmits', 'rate(stallwatch_tcp_retransmits_total): segments retransmitted on the workload\'s sockets.',
-    [[`sum by (family) (rate(stallwatch_tcp_retransmits_total${sel()}[${RI}]))`, '{{family}}']], { unit: 'cps', w: 12, min: 0 }));
+    [[`sum by (family) (${wl(`rate(stallwatch_tcp_retransmits_total${sel()}[${RI}])`)})`, '{{family}}']], { unit: 'cps', w: 12, min: 0 }));
   p.push(timeseries('NCCL bytes per op and rank', 'rate(stallwatch_nccl_op_bytes_total) per op, rank and world size.',
-    [[`sum by (op, rank, world_size) (rate(stallwatch_nccl_op_bytes_total${sel()}[${RI}]))`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 'Bps', w: 12, min: 0 }));
+    [[`sum by (op, rank, world_size) (${wl(`rate(stallwatch_nccl_op_bytes_total${sel()}[${RI}])`)})`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 'Bps', w: 12, min: 0 }));
   p.push(timeseries('NCCL mean op time per rank', 'Mean stallwatch_nccl_op_duration_seconds per op and local rank: a straggler rank stands out.',
-    [[`sum by (op, rank, world_size) (rate(stallwatch_nccl_op_duration_seconds_sum${sel()}[${RI}])) / sum by (op, rank, world_size) (rate(stallwatch_nccl_op_duration_seconds_count${sel()}[${RI}]))`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
+    [[`sum by (op, rank, world_size) (${wl(hsum('stallwatch_nccl_op_duration_seconds'))}) / sum by (op, rank, world_size) (${wl(hcount('stallwatch_nccl_op_duration_seconds'))})`, '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
   p.push(timeseries('NCCL op p99 per rank', 'p99 of stallwatch_nccl_op_duration_seconds per op, rank and world size.',
     [[hq('stallwatch_nccl_op_duration_seconds', 'op, rank, world_size'), '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
   p.push(timeseries('Calls in flight (oldest open call per call)', 'stallwatch_cuda_call_inflight_seconds: how long the oldest call of each kind has been open (not returned). A line that climbs steadily is a hang; past --hang-threshold (60s) a call_hang chain opens and StallwatchCallHang pages.',
-    [[`max by (api, call) (stallwatch_cuda_call_inflight_seconds${sel()})`, '{{call}} ({{api}})']], { unit: 's', w: 24, min: 0 }));
+    [[`max by (api, call) (${wl(`stallwatch_cuda_call_inflight_seconds${sel()}`)})`, '{{call}} ({{api}})']], { unit: 's', w: 24, min: 0 }));
 
   // Appended after the older rows so their panel ids (viewPanel links) stay the same.
   p.push(row('GPU memory (traced CUDA allocations)'));
   p.push(timeseries('GPU memory held, by kind', 'stallwatch_cuda_memory_live_bytes: bytes the workload\'s live processes hold from traced allocation calls, by kind (device, managed, host: pinned host memory), runtime and driver together. A caching allocator (PyTorch) holds what it reserved, not what its tensors use; the CUDA context\'s own memory is not counted. A line that climbs step after step is a leak.',
-    [[`sum by (kind) (stallwatch_cuda_memory_live_bytes${sel()})`, '{{kind}}']], { unit: 'bytes', w: 8, min: 0, stack: true }));
+    [[`sum by (kind) (${wl(`stallwatch_cuda_memory_live_bytes${sel()}`)})`, '{{kind}}']], { unit: 'bytes', w: 8, min: 0, stack: true }));
   p.push(timeseries('Allocated and freed per second', 'rate(stallwatch_cuda_memory_allocated_bytes_total) and rate(stallwatch_cuda_memory_freed_bytes_total) by allocating call (a free is credited to the call that allocated the memory): the two lines of a call meet in a steady state; allocation without frees is growth.',
     [
-      [`sum by (call) (rate(stallwatch_cuda_memory_allocated_bytes_total${sel()}[${RI}]))`, '{{call}} allocated'],
-      [`sum by (call) (rate(stallwatch_cuda_memory_freed_bytes_total${sel()}[${RI}]))`, '{{call}} freed'],
+      [`sum by (call) (${wl(`rate(stallwatch_cuda_memory_allocated_bytes_total${sel()}[${RI}])`)})`, '{{call}} allocated'],
+      [`sum by (call) (${wl(`rate(stallwatch_cuda_memory_freed_bytes_total${sel()}[${RI}])`)})`, '{{call}} freed'],
     ], { unit: 'Bps', w: 8, min: 0 }));
   p.push(timeseries('Allocation failures (out of memory)', 'increase(stallwatch_cuda_memory_alloc_failures_total): allocation calls that returned out of memory, by call. Each opens a cuda_oom chain and fires StallwatchCudaAllocFailures. PyTorch frees its cached blocks and retries before it raises OutOfMemoryError: even a failure it survived cost a cache flush.',
-    [[`sum by (call) (increase(stallwatch_cuda_memory_alloc_failures_total${sel()}[${RI}]))`, '{{call}}']], { w: 8, min: 0, bars: true }));
+    [[`sum by (call) (${wl(`increase(stallwatch_cuda_memory_alloc_failures_total${sel()}[${RI}])`)})`, '{{call}}']], { w: 8, min: 0, bars: true }));
 
   p.push(row('CUDA Graphs: capture and instantiation'));
   p.push(timeseries('Graph builds and launches per second', 'Captures ended (cudaStreamEndCapture, cuStreamEndCapture), instantiations (cudaGraphInstantiate*, cuGraphInstantiate*) and updates (cudaGraphExecUpdate, cuGraphExecUpdate_v2) beside graph launches (cudaGraphLaunch, cuGraphLaunch), per second. A graph pays off when it is built once and launched many times; builds that keep pace with launches are re-captures (changing shapes, a new graph per step).',
     [
-      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_count${sel(`call=~"${GRAPH_BUILDS}"`)}[${RI}]))`, '{{call}}'],
-      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_count${sel(`call=~"${GRAPH_LAUNCHES}"`)}[${RI}]))`, '{{call}} (launch)'],
+      [`sum by (call) (${wl(hcount('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILDS}"`))})`, '{{call}}'],
+      [`sum by (call) (${wl(hcount('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_LAUNCHES}"`))})`, '{{call}} (launch)'],
     ], { unit: 'cps', w: 8, min: 0 }));
   p.push(timeseries('Time in graph builds and launches', 'rate(stallwatch_cuda_call_duration_seconds_sum): seconds per second the workload\'s threads spent inside the capture (begin and end), instantiate and update calls, beside the time inside graph launches.',
     [
-      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_sum${sel(`call=~"${GRAPH_BUILD_CALLS}"`)}[${RI}]))`, '{{call}}'],
-      [`sum by (call) (rate(stallwatch_cuda_call_duration_seconds_sum${sel(`call=~"${GRAPH_LAUNCHES}"`)}[${RI}]))`, '{{call}} (launch)'],
+      [`sum by (call) (${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILD_CALLS}"`))})`, '{{call}}'],
+      [`sum by (call) (${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_LAUNCHES}"`))})`, '{{call}} (launch)'],
     ], { unit: 's', w: 8, min: 0 }));
   p.push(timeseries('Share of CUDA call time in graph builds', 'Time in the capture, instantiate and update calls over the time in all traced calls of the workload. The graph_recapture chain rates each process by the same share once its graphs keep being rebuilt after warm-up: low from 5 %, medium from 10 %, high from 25 %.',
-    [[`sum(rate(stallwatch_cuda_call_duration_seconds_sum${sel(`call=~"${GRAPH_BUILD_CALLS}"`)}[${RI}])) / sum(rate(stallwatch_cuda_call_duration_seconds_sum${sel()}[${RI}]))`, 'graph builds']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`sum(${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILD_CALLS}"`))}) / sum(${wl(hsum('stallwatch_cuda_call_duration_seconds'))})`, 'graph builds']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
 
   return dashboard({
     uid: 'stallwatch-workload',
@@ -510,7 +524,7 @@ function workload() {
     tags: ['workload'],
     panels: p,
     extraVars: [
-      queryVar('call', 'call', 'label_values(stallwatch_cuda_call_duration_seconds_count{job=~"$job", namespace=~"$namespace", pod=~"$pod", cgroup=~"$cgroup"}, call)', {
+      queryVar('call', 'call', 'label_values(stallwatch_cuda_call_offcpu_seconds_total{job=~"$job", cgroup=~"$cgroup"}, call)', {
         description: 'Traced CUDA / NCCL calls of the workload (one heatmap each)',
         allValue: '.+',
       }),

@@ -42,13 +42,14 @@ export function* panels(dash) {
 }
 
 // Every PromQL expression of a dashboard, as { where, expr, kind } where kind is 'target',
-// 'annotation' or 'variable' (for a variable, expr is the selector inside label_values(...)).
+// 'annotation' or 'variable' (for a variable, expr is the selector inside label_values(...));
+// a target also has its panel's type (panelType).
 export function expressions(dash) {
   const out = [];
   for (const p of panels(dash)) {
     for (const t of p.targets ?? []) {
       if (typeof t.expr === 'string')
-        out.push({ where: `panel ${p.id} "${p.title}" ${t.refId}`, expr: t.expr, kind: 'target' });
+        out.push({ where: `panel ${p.id} "${p.title}" ${t.refId}`, expr: t.expr, kind: 'target', panelType: p.type });
       else throw new Error(`panel ${p.id} "${p.title}" target ${t.refId} has no expr`);
     }
   }

@@ -67,19 +67,28 @@ for (const f of EXPECTED) {
         assert.ok(t.expr?.trim(), `panel ${p.id} ${t.refId}: empty expr`);
       }
     }
-    // Every selector of a per-workload metric filters on the workload variables (DCGM's series
-    // have no cgroup: namespace and pod, then joined to stallwatch's cgroup filter).
+    // Every per-workload query follows the selected workloads under every
+    // --metrics.identity-labels setting: its series are filtered on what they always carry
+    // (cgroup=~"$cgroup", never namespace or pod, which a setting may leave off) and joined to
+    // stallwatch_cgroup_info filtered on all three, which keeps every identity label. DCGM's
+    // series have no cgroup: namespace and pod, then joined to stallwatch's workloads.
+    const JOIN = 'on (job, instance, cgroup) group_left (namespace, pod, container, container_id) stallwatch_cgroup_info{';
     for (const { where, expr, kind } of expressions(d)) {
       if (kind === 'variable') continue;
       for (const name of metricNames(expr)) {
         if (NOT_PER_WORKLOAD.test(name)) continue;
-        const need = name.startsWith('DCGM_') ? ['namespace', 'pod'] : ['namespace', 'pod', 'cgroup'];
+        const info = name === 'stallwatch_cgroup_info';
+        const need = name.startsWith('DCGM_') ? ['namespace', 'pod'] : info ? ['namespace', 'pod', 'cgroup'] : ['cgroup'];
         const re = new RegExp(`\\b${name}\\b(\\s*\\{[^}]*\\})?`, 'g');
         for (const m of expr.matchAll(re)) {
           for (const v of need) {
             assert.ok((m[1] ?? '').includes(`${v}=~"$${v}"`),
               `${where}: ${name} without ${v}=~"$${v}": ${expr}`);
           }
+          if (info || name.startsWith('DCGM_')) continue;
+          assert.doesNotMatch(m[1] ?? '', /\b(namespace|pod|container|container_id)=/,
+            `${where}: ${name} filtered on an identity label a setting may leave off: ${expr}`);
+          assert.ok(expr.includes(JOIN), `${where}: ${name} is not joined to stallwatch_cgroup_info: ${expr}`);
         }
       }
     }
