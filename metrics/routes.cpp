@@ -16,8 +16,10 @@ namespace stallwatch::metrics {
 // (an HA pair of Prometheus servers, a person with curl) and gzip'd once for those that accept
 // it; nothing is rendered in a format nobody asked for. A scrape that finds a newer snapshot
 // renders it; concurrent scrapes of the same one wait for that render instead of repeating it.
-// Once gzip'd, the plain bytes are let go (Prometheus always asks for gzip, and the text is
-// ~60x larger); a plain request after that renders again.
+// A gzip'd text form is written through the compressor in pieces, so the text (~60x larger) is
+// never held whole; the protobuf form (a fifth of the text) is rendered, gzip'd with libdeflate
+// and let go. Only what was asked for is kept: a plain request after a gzip'd one renders
+// again (Prometheus always asks for gzip).
 class Routes::ExpositionCache {
  public:
   using Bytes = std::shared_ptr<const std::string>;
@@ -32,12 +34,15 @@ class Routes::ExpositionCache {
     }
     Entry& e = entries_[format];
     if (gzip && e.gzip) return e.gzip;
-    if (!e.plain) {
-      e.plain = std::make_shared<const std::string>(render(*snap, build, format, classic, options));
+    if (!gzip && e.plain) return e.plain;
+    if (gzip && format != kProtobuf) {
+      e.gzip = std::make_shared<const std::string>(
+          render_exposition_gzip(*snap, build, options, format == kOpenMetrics, 1));
+      return e.gzip;
     }
-    if (!gzip) return e.plain;
-    e.gzip = std::make_shared<const std::string>(otlp::gzip_compress(*e.plain, 1));
-    e.plain.reset();  // a reply still writing it holds its own reference
+    auto plain = std::make_shared<const std::string>(render(*snap, build, format, classic, options));
+    if (!gzip) return e.plain = plain;
+    e.gzip = std::make_shared<const std::string>(otlp::gzip_compress(*plain, 1));
     return e.gzip;
   }
 

@@ -125,9 +125,10 @@ const char* type_name(MetricKind k) {
 
 }  // namespace
 
-std::string render_text(const std::vector<Family>& families, int ladder_step, bool openmetrics) {
-  const size_t step = ladder_step > 1 ? static_cast<size_t>(ladder_step) : 1;
-  // le="..." of every exported bound, formatted once.
+namespace {
+
+// le="..." of every exported bound, formatted once.
+const std::vector<std::string>& le_labels() {
   static const std::vector<std::string> kLe = [] {
     std::vector<std::string> le;
     for (double b : trace::exported_bounds()) {
@@ -138,16 +139,16 @@ std::string render_text(const std::vector<Family>& families, int ladder_step, bo
     le.emplace_back("le=\"+Inf\"");
     return le;
   }();
+  return kLe;
+}
 
-  size_t estimate = 0;
-  for (const Family& f : families) {
-    estimate += 128 + f.points.size() * (f.kind == MetricKind::kHistogram ? kLe.size() + 2 : 1) *
-                          (f.name.size() + 48 + (f.points.empty() || !f.points[0].workload
-                                                     ? 0
-                                                     : f.points[0].workload->cgroup.size() * 2));
-  }
-  std::string out;
-  out.reserve(estimate);
+// Writes the exposition into `out`, calling `after_point(out)` after each point (and at the
+// end): rendering in pieces empties `out` there.
+template <class AfterPoint>
+void write_text(std::string& out, const std::vector<Family>& families, int ladder_step,
+                bool openmetrics, AfterPoint&& after_point) {
+  const size_t step = ladder_step > 1 ? static_cast<size_t>(ladder_step) : 1;
+  const std::vector<std::string>& kLe = le_labels();
   LabelBlocks blocks;
   std::string labels;
   for (const Family& f : families) {
@@ -172,6 +173,7 @@ std::string render_text(const std::vector<Family>& families, int ladder_step, bo
         head(out, f.name, "", labels);
         append_double(out, p.value);
         out += '\n';
+        after_point(out);
         continue;
       }
       const HistogramValue& h = p.histogram;
@@ -197,10 +199,42 @@ std::string render_text(const std::vector<Family>& families, int ladder_step, bo
       append_uint(out, h.count);
       out += '\n';
       if (openmetrics) count_and_sum();
+      after_point(out);
     }
   }
   if (openmetrics) out += "# EOF\n";
+  after_point(out);
+}
+
+}  // namespace
+
+std::string render_text(const std::vector<Family>& families, int ladder_step, bool openmetrics) {
+  const size_t lines_per_histogram = le_labels().size() + 2;
+  size_t estimate = 0;
+  for (const Family& f : families) {
+    estimate += 128 + f.points.size() *
+                          (f.kind == MetricKind::kHistogram ? lines_per_histogram : 1) *
+                          (f.name.size() + 48 + (f.points.empty() || !f.points[0].workload
+                                                     ? 0
+                                                     : f.points[0].workload->cgroup.size() * 2));
+  }
+  std::string out;
+  out.reserve(estimate);
+  write_text(out, families, ladder_step, openmetrics, [](std::string&) {});
   return out;
+}
+
+void render_text_in_pieces(const std::vector<Family>& families, int ladder_step,
+                           bool openmetrics, size_t piece,
+                           const std::function<void(std::string_view)>& sink) {
+  std::string out;
+  out.reserve(piece + 64 * 1024);
+  write_text(out, families, ladder_step, openmetrics, [&](std::string& text) {
+    if (text.size() < piece) return;
+    sink(text);
+    text.clear();
+  });
+  if (!out.empty()) sink(out);
 }
 
 bool accepts_openmetrics(std::string_view accept) {

@@ -7,6 +7,7 @@
 // Pure; thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,12 @@ namespace stallwatch::metrics {
 // `_total`, histogram buckets before their count and sum, `# EOF` at the end).
 std::string render_text(const std::vector<Family>& families, int ladder_step = 1,
                         bool openmetrics = false);
+
+// The same bytes in pieces of about `piece` bytes (at sample boundaries; the last one shorter),
+// so that the whole text is never held at once: /metrics gzips them as they come.
+void render_text_in_pieces(const std::vector<Family>& families, int ladder_step,
+                           bool openmetrics, size_t piece,
+                           const std::function<void(std::string_view)>& sink);
 
 inline constexpr const char* kOpenMetricsContentType =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";

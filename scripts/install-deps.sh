@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake pkg-config make
-  clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev
+  clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev libdeflate-dev
   prometheus-cpp-dev libsqlite3-dev sqlite3
   libmicrohttpd-dev libgnutls28-dev libyaml-cpp-dev libcrypt-dev openssl
   libboost-program-options-dev libgtest-dev libgmock-dev

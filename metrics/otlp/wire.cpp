@@ -1,10 +1,12 @@
 #include "metrics/otlp/wire.h"
 
+#include <libdeflate.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <array>
 #include <climits>
+#include <memory>
 #include <new>
 
 #include "common/strings.h"
@@ -79,32 +81,68 @@ bool read_field(std::string_view& in, Field& f, int depth = 0) {
 }  // namespace
 
 std::string gzip_compress(std::string_view data, int level) {
+  // libdeflate: one call over the whole buffer. Measured on the /metrics bodies of 256 cgroups
+  // (2026-11-26, docs/performance.md): 1.27x faster than zlib at level 1 on the text, 1.37x on
+  // the protobuf, and 17 % / 6 % smaller.
+  std::unique_ptr<libdeflate_compressor, decltype(&libdeflate_free_compressor)> c(
+      libdeflate_alloc_compressor(level < 0 ? 6 : std::clamp(level, 0, 12)),
+      &libdeflate_free_compressor);
+  if (!c) throw std::bad_alloc();
+  // The bound is about the input's size. Uninitialised, so only the pages the compressor
+  // writes are ever resident; the result is copied into a string of its own size, so a cached
+  // body does not keep the bound's capacity (was: a zero-filled string of the bound, shrunk in
+  // size only: 234 MB resident per cached text body of 256 cgroups instead of 4.8).
+  const size_t bound = libdeflate_gzip_compress_bound(c.get(), data.size());
+  std::unique_ptr<char[]> buf(new char[bound]);
+  const size_t n = libdeflate_gzip_compress(c.get(), data.data(), data.size(), buf.get(), bound);
+  if (n == 0) throw std::bad_alloc();  // not with a buffer of the bound
+  return std::string(buf.get(), n);
+}
+
+struct GzipStream::State {
   z_stream zs{};
-  if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
-      Z_OK) {
+};
+
+GzipStream::GzipStream(int level) : state_(std::make_unique<State>()) {
+  if (deflateInit2(&state_->zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
     throw std::bad_alloc();  // the only way it fails with these arguments
   }
-  std::string out(deflateBound(&zs, data.size()), '\0');
+}
+
+GzipStream::~GzipStream() { deflateEnd(&state_->zs); }
+
+void GzipStream::run(std::string_view data, int flush) {
+  z_stream& zs = state_->zs;
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
   size_t in_left = data.size();
-  int rc = Z_OK;
-  // zlib counts in 32-bit units; feed and drain in slices so any size works.
-  while (rc != Z_STREAM_END) {
-    if (zs.total_out == out.size()) out.resize(out.size() * 2);
+  for (;;) {
+    if (out_.capacity() - out_.size() < 64 * 1024) out_.reserve(out_.capacity() * 2 + 256 * 1024);
+    const size_t at = out_.size();
+    const size_t room = std::min<size_t>(out_.capacity() - at, UINT_MAX);
+    out_.resize(at + room);  // written by deflate; shrunk back below
     const auto in_now = static_cast<uInt>(std::min<size_t>(in_left, UINT_MAX));
-    const auto out_now = static_cast<uInt>(std::min<size_t>(out.size() - zs.total_out, UINT_MAX));
     zs.avail_in = in_now;
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + zs.total_out);
-    zs.avail_out = out_now;
-    rc = deflate(&zs, in_now == in_left ? Z_FINISH : Z_NO_FLUSH);
+    zs.next_out = reinterpret_cast<Bytef*>(out_.data() + at);
+    zs.avail_out = static_cast<uInt>(room);
+    const bool last_slice = in_now == in_left;
+    const int rc = deflate(&zs, last_slice ? flush : Z_NO_FLUSH);
+    out_.resize(at + room - zs.avail_out);
     in_left -= in_now - zs.avail_in;
-    if (rc == Z_STREAM_ERROR) {
-      deflateEnd(&zs);
-      throw std::bad_alloc();
-    }
+    if (rc == Z_STREAM_ERROR) throw std::bad_alloc();
+    if (rc == Z_STREAM_END) return;
+    // Done with this piece once all input is taken and deflate had room left over.
+    if (flush == Z_NO_FLUSH && in_left == 0 && zs.avail_out != 0) return;
   }
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
+}
+
+void GzipStream::write(std::string_view data) {
+  if (!data.empty()) run(data, Z_NO_FLUSH);
+}
+
+std::string GzipStream::finish() {
+  run({}, Z_FINISH);
+  std::string out = std::move(out_);
+  out.shrink_to_fit();
   return out;
 }
 

@@ -47,7 +47,7 @@ done
 
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "packaging.deb: Depends: $depends"
-for lib in libbpf1 libsqlite3-0 libmicrohttpd12 libgnutls30 libcurl4 libyaml-cpp0.7 \
+for lib in libbpf1 libsqlite3-0 libmicrohttpd12 libgnutls30 libcurl4 libyaml-cpp0.7 libdeflate0 \
   libboost-program-options1.74.0 libc6; do
   [[ "$depends" == *"$lib"* ]] || fail "Depends lacks $lib: $depends"
 done

@@ -3,6 +3,7 @@
 // `promtool check metrics`.
 #include "metrics/exposition.h"
 #include "metrics/text_format.h"
+#include "oracle/gunzip.h"
 #include "oracle/prometheus_oracle.h"
 
 #include <gtest/gtest.h>
@@ -680,6 +681,49 @@ TEST(ExpositionTest, WriterMatchesPrometheusCppByteForByte) {
                                odd_cgroup_snapshot()}) {
     EXPECT_EQ(render_exposition(snap, {"1.2.3", "abc"}),
               render_text(to_families(snap, {"1.2.3", "abc"})));
+  }
+}
+
+// /metrics gzips the text as it is written, in pieces (issue #18): the pieces are the text, cut
+// at sample boundaries, and the gzip'd render is the text.
+TEST(ExpositionTest, TextInPiecesIsTheSameText) {
+  for (const Snapshot& snap : {Snapshot{}, synthetic_snapshot(), host_snapshot(),
+                               odd_cgroup_snapshot()}) {
+    const auto families = build_model(snap, {"1.2.3", "abc"});
+    for (const bool om : {false, true}) {
+      const std::string whole = render_text(families, 1, om);
+      for (const size_t piece : {size_t{1}, size_t{700}, size_t{1} << 20}) {
+        std::string joined;
+        size_t pieces = 0;
+        render_text_in_pieces(families, 1, om, piece, [&](std::string_view p) {
+          EXPECT_TRUE(p.ends_with('\n'));
+          pieces++;
+          joined += p;
+        });
+        EXPECT_EQ(joined, whole) << "piece " << piece;
+        if (piece == 1) {
+          EXPECT_GT(pieces, 3u);  // one per sample
+        } else if (whole.size() < piece) {
+          EXPECT_EQ(pieces, 1u);
+        }
+      }
+    }
+  }
+}
+
+TEST(ExpositionTest, GzipRenderIsTheTextGzipped) {
+  ExpositionOptions lean;
+  lean.container_id = lean.pod = false;
+  lean.ladder_step = 4;
+  for (const Snapshot& snap : {Snapshot{}, synthetic_snapshot(), host_snapshot()}) {
+    for (const ExpositionOptions& o : {ExpositionOptions{}, lean}) {
+      for (const bool om : {false, true}) {
+        const std::string gz = render_exposition_gzip(snap, {"1.2.3", "abc"}, o, om, 1);
+        ASSERT_GE(gz.size(), 18u);
+        EXPECT_EQ(static_cast<unsigned char>(gz[0]), 0x1f);
+        EXPECT_EQ(oracle::gunzip(gz), render_exposition(snap, {"1.2.3", "abc"}, o, om));
+      }
+    }
   }
 }
 

@@ -12,7 +12,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 
 #include "common/privileges.h"
 #include "metrics/otlp/delivery.h"
+#include "oracle/gunzip.h"
 #include "scripted_server.h"
 
 namespace stallwatch::otlp {
@@ -69,24 +69,7 @@ Payload metrics(std::string body, std::uint64_t points) {
   return Payload{Signal::kMetrics, std::move(body), points};
 }
 
-std::string gunzip(std::string_view in) {
-  z_stream zs{};
-  EXPECT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  std::string out;
-  char buf[16384];
-  int rc;
-  do {
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof buf;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - zs.avail_out);
-  } while (rc == Z_OK);
-  EXPECT_EQ(rc, Z_STREAM_END);
-  inflateEnd(&zs);
-  return out;
-}
+using stallwatch::oracle::gunzip;
 
 template <typename Pred>
 bool eventually(Pred pred, milliseconds limit = 3s) {
@@ -517,6 +500,33 @@ TEST(GzipCompress, RoundTrips) {
     EXPECT_EQ(gunzip(gz), data);
   }
   EXPECT_LT(gzip_compress(std::string(100000, 'r')).size(), 1000u);
+  for (const int level : {0, 1, 6, 12}) EXPECT_EQ(gunzip(gzip_compress(noise, level)), noise);
+}
+
+// The stream writer: any cut of the input gives one gzip member of the whole, incompressible
+// input (output larger than the writer's first buffer) included.
+TEST(GzipStream, PiecesMakeOneMember) {
+  std::mt19937 rng(11);
+  std::string noise(3 << 20, '\0');
+  for (char& c : noise) c = static_cast<char>(rng());
+  const std::string text = [] {
+    std::string t;
+    for (int i = 0; t.size() < (2u << 20); i++) t += "stallwatch_x{cgroup=\"/a\"} " + std::to_string(i) + "\n";
+    return t;
+  }();
+  for (const std::string* data : std::initializer_list<const std::string*>{&noise, &text}) {
+    for (const size_t piece : {size_t{1} << 20, size_t{65537}, size_t{7}}) {
+      GzipStream gz(1);
+      for (size_t at = 0; at < data->size() && (piece > 7 || at < 20000); at += piece) {
+        gz.write(std::string_view(*data).substr(at, piece));
+      }
+      const std::string out = gz.finish();
+      const std::string expect = piece > 7 ? *data : data->substr(0, 20006);
+      EXPECT_EQ(gunzip(out), expect) << "piece " << piece;
+    }
+  }
+  GzipStream empty(1);
+  EXPECT_EQ(gunzip(empty.finish()), "");
 }
 
 TEST(ParseRetryAfter, DeltaSeconds) {
