@@ -4,8 +4,11 @@
 // Run it with MOCK_CUDA_SYNC_CPU_US=0 so the mock's synchronize returns at once.
 //
 //   call_loop LIB [--calls N] [--warmup N]   tight loop; prints {"calls":N,"ns_per_call":X}
-//   call_loop LIB --rate R --seconds D [--threads T]
+//   call_loop LIB --rate R --seconds D [--threads T] [--tick-ms MS]
 //                                            R calls/s in all for D s; prints calls, seconds, rate
+//
+// --tick-ms: how often a rate-mode thread wakes (default 1 ms); many processes at a low rate
+// (bench/rss_cgroups.sh) wake every 100 ms so that waking does not load the machine.
 //
 // Tight mode times N calls (after N/10 untimed warm-up calls, which page in the library and
 // the probes' first hits) with CLOCK_MONOTONIC. Rate mode splits R over T threads, each of which
@@ -110,7 +113,7 @@ static void* need(void* lib, const char* name) {
 static int usage(void) {
   fprintf(stderr,
           "usage: call_loop LIB [--calls N] [--warmup N]\n"
-          "       call_loop LIB --rate CALLS_PER_S --seconds D [--threads T]\n");
+          "       call_loop LIB --rate CALLS_PER_S --seconds D [--threads T] [--tick-ms MS]\n");
   return 2;
 }
 
@@ -125,15 +128,16 @@ static int tight(struct state* s, long calls, long warmup) {
 
 struct pacer {
   struct state s;
+  long long tick_ns;
   double rate;  // this thread's share
   double seconds;
   long made;
 };
 
-// One thread's share of the rate: wakes every millisecond and makes the calls due by then.
+// One thread's share of the rate: wakes every tick and makes the calls due by then.
 static void* pace(void* arg) {
   struct pacer* p = arg;
-  const long long tick = 1000000;  // 1 ms
+  const long long tick = p->tick_ns;
   long long start = now_ns(), end = start + (long long)(p->seconds * 1e9), next = start;
   for (;;) {
     long long t = now_ns();
@@ -155,7 +159,7 @@ static void* pace(void* arg) {
 }
 
 static int paced(const struct cudart* rt, double rate, double seconds, int threads,
-                 cudaError_t* err) {
+                 double tick_ms, cudaError_t* err) {
   struct pacer p[kMaxThreads];
   pthread_t tid[kMaxThreads];
   long long start = now_ns();
@@ -164,6 +168,7 @@ static int paced(const struct cudart* rt, double rate, double seconds, int threa
     p[i].s.rt = rt;
     p[i].rate = rate / threads;
     p[i].seconds = seconds;
+    p[i].tick_ns = (long long)(tick_ms * 1e6);
     if (pthread_create(&tid[i], NULL, pace, &p[i]) != 0) {
       fprintf(stderr, "call_loop: pthread_create failed\n");
       exit(1);
@@ -186,6 +191,7 @@ int main(int argc, char** argv) {
   long calls = 200000, warmup = -1;
   double rate = 0, seconds = 10;
   int threads = 1;
+  double tick_ms = 1;
   for (int i = 2; i < argc; ++i) {
     if (i + 1 >= argc) return usage();
     const char* flag = argv[i];
@@ -203,6 +209,8 @@ int main(int argc, char** argv) {
       seconds = v;
     } else if (strcmp(flag, "--threads") == 0 && v >= 1 && v <= kMaxThreads) {
       threads = (int)v;
+    } else if (strcmp(flag, "--tick-ms") == 0 && v >= 0.01 && v <= 10000) {
+      tick_ms = v;
     } else {
       return usage();
     }
@@ -225,7 +233,7 @@ int main(int argc, char** argv) {
   struct state s;
   memset(&s, 0, sizeof(s));
   s.rt = &rt;
-  int rc = rate > 0 ? paced(&rt, rate, seconds, threads, &s.err) : tight(&s, calls, warmup);
+  int rc = rate > 0 ? paced(&rt, rate, seconds, threads, tick_ms, &s.err) : tight(&s, calls, warmup);
   if (s.err != 0) {
     fprintf(stderr, "call_loop: a call returned cudaError %d\n", s.err);
     return 1;

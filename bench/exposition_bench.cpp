@@ -22,7 +22,9 @@
 // default 0; -1: no pinning). Prints a table on stdout, progress on stderr, and writes one JSON
 // object (--out PATH or the first positional argument). No root needed. Usage:
 //   exposition_bench [--out PATH] [--cpu N|-1] [--reps N] [--max-seconds S]
-//                    [--cgroups 16,64,256,1024] [--mix full|typical] [--port N]
+//                    [--cgroups 16,64,256,1024] [--mix full|typical] [--port N] [--dump DIR]
+// --dump DIR: also writes the bodies it measures (text-N.txt, protobuf-N.bin: native and
+// classic) to DIR, to look at or to try other compressors on.
 // --mix typical: the 8 runtime calls engine_bench uses and one NCCL op per series instead of
 // every runtime and driver call of the table (25 until issue #20, 50 since: memory and graph
 // calls) and 4 NCCL ops (the host families stay).
@@ -325,6 +327,10 @@ struct RenderResult {
   size_t gzip_bytes = 0;  // the text gzip'd once (Content-Encoding: gzip would send this)
   double gzip_ms = 0;
   long peak_rss_kb = -1, rss_before_kb = 0;
+  // What /metrics does for a gzip'd text scrape: render and gzip in pieces (issue #18).
+  long streamed_peak_rss_kb = -1, streamed_rss_before_kb = 0;
+  double streamed_ms = 0;
+  size_t streamed_bytes = 0;
 };
 
 RenderResult bench_render(const sw::Snapshot& snap, const sw::metrics::BuildInfo& build, int reps,
@@ -342,6 +348,15 @@ RenderResult bench_render(const sw::Snapshot& snap, const sw::metrics::BuildInfo
     const auto a = SteadyClock::now();
     r.gzip_bytes = sw::otlp::gzip_compress(text).size();
     r.gzip_ms = seconds_since(a) * 1e3;
+  }
+  malloc_trim(0);
+  r.streamed_rss_before_kb = rss_kb();
+  const bool streamed_peak_ok = reset_peak();
+  {
+    const auto a = SteadyClock::now();
+    r.streamed_bytes = sw::metrics::render_exposition_gzip(snap, build, {}, false, 1).size();
+    r.streamed_ms = seconds_since(a) * 1e3;
+    if (streamed_peak_ok) r.streamed_peak_rss_kb = peak_rss_kb();
   }
   r.families = sw::metrics::to_families(snap, build).size();
   r.ms = repeat(reps, max_s, "render (render_exposition)", n, [&] {
@@ -384,10 +399,20 @@ size_t write_body(char* data, size_t size, size_t count, void* user) {
 // timed request, outside the timing: publishing a fresh copy of the snapshot makes every scrape
 // render (one scrape per window, the common case); without it, scrapes after the first are
 // served from the per-snapshot cache (several scrapers of one window).
+// What a Prometheus with native histograms on asks for.
+constexpr const char* kAcceptProtobuf =
+    "Accept: application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+    "encoding=delimited";
+
+// `accept`: an Accept header line to send (nullptr: none, the text format).
 HttpResult bench_http(CURL* curl, const std::string& url, int reps, double max_s, int n,
-                      const char* label, bool gzip, const std::function<void()>& before) {
+                      const char* label, bool gzip, const std::function<void()>& before,
+                      const char* accept = nullptr) {
   HttpResult r;
   std::string body;
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(
+      accept ? curl_slist_append(nullptr, accept) : nullptr, &curl_slist_free_all);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
   curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, gzip ? "gzip" : nullptr);
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write_body);
@@ -424,6 +449,7 @@ HttpResult bench_http(CURL* curl, const std::string& url, int reps, double max_s
   curl_easy_getinfo(curl, CURLINFO_SIZE_DOWNLOAD_T, &wire);
   r.wire_bytes = static_cast<size_t>(wire);
   r.ms = repeat(reps, max_s, label, n, get);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, nullptr);
   return r;
 }
 
@@ -506,7 +532,8 @@ std::vector<int> parse_list(const std::string& s) {
 
 void usage() {
   std::cerr << "usage: exposition_bench [--out PATH | PATH] [--cpu N|-1] [--reps N] "
-               "[--max-seconds S] [--cgroups 16,64,256,1024] [--mix full|typical] [--port N]\n";
+               "[--max-seconds S] [--cgroups 16,64,256,1024] [--mix full|typical] [--port N] "
+               "[--dump DIR]\n";
 }
 
 }  // namespace
@@ -518,6 +545,7 @@ int main(int argc, char** argv) {
   double max_s = 10;
   int port = 19564;
   std::vector<int> sizes = {16, 64, 256, 1024};
+  std::string dump_dir;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -539,6 +567,8 @@ int main(int argc, char** argv) {
       sizes = parse_list(value());
     } else if (a == "--port") {
       port = std::stoi(value());
+    } else if (a == "--dump") {
+      dump_dir = value();
     } else if (a == "--mix") {
       const std::string m = value();
       if (m != "full" && m != "typical") {
@@ -609,6 +639,13 @@ int main(int argc, char** argv) {
   // settings: uncompressed and gzip'd bytes, render + gzip time (median of 3).
   std::ostringstream formats;
   formats << "\nformats (render + gzip ms, MB uncompressed / gzip'd):\n";
+  // Scrapes per format (issue #18), median / p99: fresh (the first scrape of a window renders
+  // and gzips) and cached (every later scrape of the window); the gzip'd protobuf body; the RSS
+  // the server keeps for the window's cached bodies.
+  std::ostringstream scrapes, scrapes_json;
+  scrapes << "\nscrapes, gzip'd (median / p99): text fresh, text cached, protobuf (native + classic) "
+             "fresh, protobuf cached; protobuf on the wire; bytes cached for the window (both gzip'd bodies); "
+             "text rendered and gzip'd in pieces as /metrics does it: time, peak RSS growth\n";
   std::snprintf(line, sizeof line, "%7s %26s %26s %26s %26s %26s\n", "cgroups", "text x2",
                 "text x16, ids none", "protobuf native+classic", "protobuf native only",
                 "protobuf native, ids none");
@@ -638,6 +675,13 @@ int main(int argc, char** argv) {
                       static_cast<double>(bytes) / 1e6, static_cast<double>(gz) / 1e6);
         return std::string(cell);
       };
+      if (!dump_dir.empty()) {
+        const std::string n_s = std::to_string(n);
+        std::ofstream(dump_dir + "/text-" + n_s + ".txt", std::ios::binary)
+            << sw::metrics::render_exposition(*b.snap, build);
+        std::ofstream(dump_dir + "/protobuf-" + n_s + ".bin", std::ios::binary)
+            << sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), true);
+      }
       const std::string t2 = measure([&] { return sw::metrics::render_exposition(*b.snap, build); });
       const std::string t16 =
           measure([&] { return sw::metrics::render_exposition(*b.snap, build, lean); });
@@ -660,9 +704,39 @@ int main(int argc, char** argv) {
     auto fresh = [&] { board.publish(std::make_shared<sw::Snapshot>(*b.snap)); };
     auto http = bench_http(curl, url, reps, max_s, n, "GET /metrics, gzip, fresh", true, fresh);
     auto plain = bench_http(curl, url, reps, max_s, n, "GET /metrics, plain, fresh", false, fresh);
+    auto pb_fresh = bench_http(curl, url, reps, max_s, n, "GET /metrics, protobuf, gzip, fresh",
+                               true, fresh, kAcceptProtobuf);
     board.publish(b.snap);
     auto cached = bench_http(curl, url, reps, max_s, n, "GET /metrics, gzip, cached", true, {});
+    auto pb_cached = bench_http(curl, url, reps, max_s, n, "GET /metrics, protobuf, gzip, cached",
+                                true, {}, kAcceptProtobuf);
+    // What the server keeps for this window once both formats were scraped: the gzip'd bodies.
+    const size_t cache_bytes = cached.wire_bytes + pb_cached.wire_bytes;
     board.publish(std::make_shared<sw::Snapshot>());
+    {
+      const Stats tf = stats(http.ms), tc = stats(cached.ms), pf = stats(pb_fresh.ms),
+                  pc = stats(pb_cached.ms);
+      std::snprintf(line, sizeof line,
+                    "%7d %7.1f / %7.1f ms %7.1f / %7.1f ms %7.1f / %7.1f ms %7.1f / %7.1f ms "
+                    "%7.2f MB %9.2f MB %7.1f ms %6.1f MB\n",
+                    n, tf.median, tf.p99, tc.median, tc.p99, pf.median, pf.p99, pc.median, pc.p99,
+                    static_cast<double>(pb_cached.wire_bytes) / 1e6,
+                    static_cast<double>(cache_bytes) / 1e6, render.streamed_ms,
+                    static_cast<double>(render.streamed_peak_rss_kb - render.streamed_rss_before_kb) /
+                        1024);
+      scrapes << line;
+      scrapes_json << (k ? "," : "") << "{\"cgroups\":" << n
+                   << ",\"text_gzip_fresh\":" << stats_json(tf, "ms")
+                   << ",\"text_gzip_cached\":" << stats_json(tc, "ms")
+                   << ",\"protobuf_gzip_fresh\":" << stats_json(pf, "ms")
+                   << ",\"protobuf_gzip_cached\":" << stats_json(pc, "ms")
+                   << ",\"protobuf_body_bytes\":" << pb_cached.bytes
+                   << ",\"protobuf_wire_bytes\":" << pb_cached.wire_bytes
+                   << ",\"cached_bytes\":" << cache_bytes
+                   << ",\"text_gzip_streamed\":{\"ms\":" << num(render.streamed_ms)
+                   << ",\"bytes\":" << render.streamed_bytes << ",\"peak_rss_kb\":"
+                   << render.streamed_peak_rss_kb - render.streamed_rss_before_kb << "}}";
+    }
     auto explicit_ = bench_otlp(*b.snap, build, sw::otlp::HistogramFormat::kExplicit, reps, max_s, n);
     auto expo = bench_otlp(*b.snap, build, sw::otlp::HistogramFormat::kExponential, reps, max_s, n);
     const Stats rs = stats(render.ms), fs = stats(render.families_ms), hs = stats(http.ms),
@@ -709,14 +783,14 @@ int main(int argc, char** argv) {
   }
   const double total = seconds_since(start);
   json << "],\"pass\":" << (target_seen ? (target_pass ? "true" : "false") : "null")
-       << ",\"runtime_s\":" << num(total) << "}";
+       << ",\"scrapes\":[" << scrapes_json.str() << "],\"runtime_s\":" << num(total) << "}";
   table << "  render: render_exposition (text_format.h); p-cpp: prometheus-cpp's serializer "
            "(before); GET: a scrape of a new snapshot with Accept-Encoding: gzip, end to end over "
            "127.0.0.1 (libcurl), as Prometheus scrapes once per window; plain: the same without "
            "gzip; cached: a second scrape of the same snapshot; otlp enc: explicit-bucket encode; MB: uncompressed (gzip: the requests gzip'd); snapMB: "
            "RSS growth for the snapshot; peakMB: peak RSS growth of one render. Target: GET p99 "
            "<= 50 ms at 256 cgroups\n";
-  table << formats.str();
+  table << formats.str() << scrapes.str();
   std::snprintf(line, sizeof line, "exposition_bench runtime %.0f s\n", total);
   table << line;
   curl_easy_cleanup(curl);
