@@ -22,12 +22,14 @@
 // default 0; -1: no pinning). Prints a table on stdout, progress on stderr, and writes one JSON
 // object (--out PATH or the first positional argument). No root needed. Usage:
 //   exposition_bench [--out PATH] [--cpu N|-1] [--reps N] [--max-seconds S]
-//                    [--cgroups 16,64,256,1024] [--mix full|typical] [--port N] [--dump DIR]
+//                    [--cgroups 16,64,256,1024] [--mix full|typical|original] [--port N] [--dump DIR]
 // --dump DIR: also writes the bodies it measures (text-N.txt, protobuf-N.bin: native and
 // classic) to DIR, to look at or to try other compressors on.
 // --mix typical: the 8 runtime calls engine_bench uses and one NCCL op per series instead of
 // every runtime and driver call of the table (25 until issue #20, 50 since: memory and graph
-// calls) and 4 NCCL ops (the host families stay).
+// calls) and 4 NCCL ops (the host families stay). --mix original: the full mix as it was when
+// issue #18 set its targets, the first 25 runtime and driver calls of the table (the ones
+// before issue #20) and 4 NCCL ops.
 #include <curl/curl.h>
 #include <malloc.h>
 #include <sched.h>
@@ -83,6 +85,10 @@ constexpr double kTargetP99Ms = 50;  // DESIGN.md: /metrics p99 <= 50 ms with 25
 constexpr int kTargetCgroups = 256;
 
 bool g_typical = false;
+// The full mix without the calls issue #20 added: the first 25 runtime and driver calls.
+bool g_original = false;
+constexpr size_t kOriginalCalls = 25;
+const char* mix_name() { return g_typical ? "typical" : g_original ? "original" : "full"; }
 
 
 struct Stats {
@@ -226,8 +232,12 @@ Built build_snapshot(int n, std::uint64_t seed) {
       if (g_typical) {
         for (size_t k = 0; k < std::size(typical_calls); k++) mix(typical_calls[k], k);
       } else {
+        size_t made = 0;
         for (size_t k = 0; k < calls.size(); k++) {
-          if (calls[k].api != sw::trace::Api::kNccl) mix(calls[k].name, k);
+          if (calls[k].api == sw::trace::Api::kNccl) continue;
+          if (g_original && made == kOriginalCalls) break;
+          mix(calls[k].name, k);
+          made++;
         }
       }
       // NCCL ops of this rank (also counted as calls, api nccl).
@@ -532,7 +542,7 @@ std::vector<int> parse_list(const std::string& s) {
 
 void usage() {
   std::cerr << "usage: exposition_bench [--out PATH | PATH] [--cpu N|-1] [--reps N] "
-               "[--max-seconds S] [--cgroups 16,64,256,1024] [--mix full|typical] [--port N] "
+               "[--max-seconds S] [--cgroups 16,64,256,1024] [--mix full|typical|original] [--port N] "
                "[--dump DIR]\n";
 }
 
@@ -571,11 +581,12 @@ int main(int argc, char** argv) {
       dump_dir = value();
     } else if (a == "--mix") {
       const std::string m = value();
-      if (m != "full" && m != "typical") {
+      if (m != "full" && m != "typical" && m != "original") {
         usage();
         return 2;
       }
       g_typical = m == "typical";
+      g_original = m == "original";
     } else if (a == "-h" || a == "--help") {
       usage();
       return 0;
@@ -617,14 +628,15 @@ int main(int argc, char** argv) {
 
   std::ostringstream json;
   json << "{\"cpu\":" << cpu << ",\"reps\":" << reps << ",\"max_seconds\":" << num(max_s)
-       << ",\"min_reps\":" << kMinReps << ",\"mix\":\"" << (g_typical ? "typical" : "full")
-       << "\",\"calls_per_series\":" << (g_typical ? 8 : runtime_driver_calls)
+       << ",\"min_reps\":" << kMinReps << ",\"mix\":\"" << mix_name()
+       << "\",\"calls_per_series\":"
+       << (g_typical ? 8 : g_original ? kOriginalCalls : runtime_driver_calls)
        << ",\"nccl_ops_per_series\":" << (g_typical ? 1 : 4) << ",\"listen\":\"" << listen
        << "\",\"target\":{\"cgroups\":" << kTargetCgroups << ",\"p99_ms\":" << num(kTargetP99Ms)
        << "},\"points\":[";
   std::ostringstream table;
   table << "exposition (1 CPU: " << cpu << ", HTTP server threads included; up to " << reps
-        << " reps or " << max_s << " s per measurement; " << (g_typical ? "typical" : "full")
+        << " reps or " << max_s << " s per measurement; " << mix_name()
         << " mix, kubepods paths)\n";
   char line[512];
   std::snprintf(line, sizeof line,
