@@ -40,7 +40,8 @@ static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
 		t->start_tag = sw_start_tag(task);
 		t->on_since = now;
 	}
-	cgroup_id = bpf_get_current_cgroup_id();
+	/* Through the task's BTF pointers: plain loads, no helper call (the same id the helper gives). */
+	cgroup_id = task->cgroups->dfl_cgrp->kn->id;
 	if (t->cgroup_id != cgroup_id) {
 		t->cgroup_id = cgroup_id;
 		if (bpf_map_update_elem(&watched_cgroups, &cgroup_id, &one, BPF_ANY))
@@ -80,13 +81,17 @@ static __always_inline struct call_frame *sw_call_enter(struct pt_regs *ctx, __u
 	 * Frames at or below this entry's stack pointer belong to calls that left without their
 	 * uretprobe (a longjmp or an exception across the library, probes detached mid-call): the
 	 * stack has unwound past them, since a call nested in another enters lower. Drop them, or
-	 * they would stay open for ever and read as a hang (inflight_calls).
+	 * they would stay open for ever and read as a hang (inflight_calls). Open frames enter lower
+	 * and lower, so only when the innermost one is at or below this entry is any of them stale:
+	 * the common cases (no open frame, or a call nested in the open one) skip the scan.
 	 */
-	for (int i = 0; i < SW_MAX_DEPTH; i++) {
-		/* The outermost such frame: the ones above it entered lower still. */
-		if ((__u32)i < d && t->frames[i].sp <= sp) {
-			d = i;
-			break;
+	if (d > 0 && t->frames[(d - 1) & (SW_MAX_DEPTH - 1)].sp <= sp) {
+		for (int i = 0; i < SW_MAX_DEPTH; i++) {
+			/* The outermost such frame: the ones above it entered lower still. */
+			if ((__u32)i < d && t->frames[i].sp <= sp) {
+				d = i;
+				break;
+			}
 		}
 	}
 	if (d >= SW_MAX_DEPTH) {
