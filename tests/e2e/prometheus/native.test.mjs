@@ -126,6 +126,28 @@ function dashboardTargets() {
   return out;
 }
 
+// Runs compare(target) for every dashboard target until none reports a problem (rates need two
+// samples in their range on both servers), then fails with the problems of the last round.
+// compare returns { problem, found }: a line saying what differs (or null), whether the
+// reference side had data. Returns how many targets had data.
+async function compareEveryTarget(targets, compare, what) {
+  let report = [];
+  let found = 0;
+  await waitFor(async () => {
+    report = [];
+    found = 0;
+    for (const t of targets) {
+      const r = await compare(t);
+      if (r.found) found++;
+      if (r.problem) report.push(`${t.where}: ${r.problem}`);
+    }
+    return report.length === 0;
+  }, { timeoutMs: 40000, intervalMs: 2000, what }).catch((e) => {
+    assert.fail(`${e.message}\n${report.join('\n')}`);
+  });
+  return found;
+}
+
 test('native and classic p99 agree within one bucket', { timeout: 120000 }, async () => {
   const { native, classic } = await servers();
 
@@ -164,26 +186,16 @@ test('every dashboard query and recording rule finds native histograms as it fin
   const { native, classic } = await servers();
   const targets = dashboardTargets();
   const vars = { job: 'stallwatch', call: '.+' };
-  let report = [];
-  let found = 0;
-  // Rates need two samples in their range on both servers: retry until the two agree.
-  await waitFor(async () => {
-    report = [];
-    found = 0;
-    for (const t of targets) {
-      const expr = instantiate(t.expr, vars);
-      const c = (await query(classic, expr)).length > 0;
-      const n = (await query(native, expr)).length > 0;
-      if (c) found++;
-      // The heatmaps read the classic buckets as they are (Grafana 10's heatmap has no native
-      // histogram support): empty on a server that keeps native histograms only.
-      const want = t.panelType === 'heatmap' ? false : c;
-      if (n !== want) report.push(`${t.where}: classic ${c ? 'has data' : 'empty'}, native ${n ? 'has data' : 'empty'}: ${expr}`);
-    }
-    return report.length === 0;
-  }, { timeoutMs: 40000, intervalMs: 2000, what: 'the same dashboard queries answered by both servers' }).catch((e) => {
-    assert.fail(`${e.message}\n${report.join('\n')}`);
-  });
+  const found = await compareEveryTarget(targets, async (t) => {
+    const expr = instantiate(t.expr, vars);
+    const c = (await query(classic, expr)).length > 0;
+    const n = (await query(native, expr)).length > 0;
+    // The heatmaps read the classic buckets as they are (Grafana 10's heatmap has no native
+    // histogram support): empty on a server that keeps native histograms only.
+    const want = t.panelType === 'heatmap' ? false : c;
+    const problem = n === want ? null : `classic ${c ? 'has data' : 'empty'}, native ${n ? 'has data' : 'empty'}: ${expr}`;
+    return { problem, found: c };
+  }, 'the same dashboard queries answered by both servers');
   console.log(`${found} of ${targets.length} dashboard queries have data on the classic server, and the same on the native one`);
   assert.ok(found >= 25, `only ${found} dashboard queries have data: the demo or the substitution is broken`);
 
@@ -217,21 +229,11 @@ test('under --metrics.identity-labels none every dashboard query shows the same 
     const { job, instance, __name__, ...rest } = s.metric;
     return JSON.stringify(Object.entries(rest).sort());
   }).sort().join('\n');
-  let report = [];
-  let found = 0;
-  await waitFor(async () => {
-    report = [];
-    found = 0;
-    for (const t of targets) {
-      const a = series(await query(classic, instantiate(t.expr, { job: 'stallwatch', namespace, pod, call: '.+' })));
-      const b = series(await query(classic, instantiate(t.expr, { job: 'lean', namespace, pod, call: '.+' })));
-      if (a) found++;
-      if (a !== b) report.push(`${t.where}:\n  default: ${a || '(none)'}\n  none:    ${b || '(none)'}`);
-    }
-    return report.length === 0;
-  }, { timeoutMs: 40000, intervalMs: 2000, what: 'the same series under both settings' }).catch((e) => {
-    assert.fail(`${e.message}\n${report.join('\n')}`);
-  });
+  const found = await compareEveryTarget(targets, async (t) => {
+    const a = series(await query(classic, instantiate(t.expr, { job: 'stallwatch', namespace, pod, call: '.+' })));
+    const b = series(await query(classic, instantiate(t.expr, { job: 'lean', namespace, pod, call: '.+' })));
+    return { problem: a === b ? null : `\n  default: ${a || '(none)'}\n  none:    ${b || '(none)'}`, found: !!a };
+  }, 'the same series under both settings');
   console.log(`pod ${namespace}/${pod}: ${found} of ${targets.length} dashboard queries show the same series under both settings`);
   assert.ok(found >= 25, `only ${found} dashboard queries have data for the pod`);
 });
