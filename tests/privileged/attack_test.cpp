@@ -154,6 +154,22 @@ bool tighten_descriptors(int pid, rlim_t* soft, rlim_t* hard) {
   return ::prlimit(pid, RLIMIT_NOFILE, &tight, nullptr) == 0;
 }
 
+// The workload of the descriptor-limit tests: 4 cudaMemset calls through `copy`, in `cg`.
+Spawn four_memsets(const std::string& copy, const TestCgroup& cg, int start_delay_ms) {
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", std::to_string(start_delay_ms),
+            "--calls", "cudaMemset:4"};
+  s.cgroup_dir = cg.dir();
+  return s;
+}
+
+// The cudaMemset calls /metrics counts in `cg`; none before the library is traced.
+std::optional<double> memsets_counted(Daemon& daemon, const TestCgroup& cg) {
+  return find_sample(parse_exposition(daemon.metrics()),
+                     "stallwatch_cuda_call_duration_seconds_count",
+                     {{"cgroup", cg.label()}, {"call", "cudaMemset"}});
+}
+
 // Out of file descriptors while attaching (each probe holds fds): the library is not traced
 // yet, the failure is not remembered as permanent, and once descriptors are free again the
 // next process that maps the same file gets it traced (issue #15: EMFILE was cached for good).
@@ -167,10 +183,7 @@ TEST(Attack, OutOfFileDescriptorsIsRetried) {
   rlim_t hard = 0;
   ASSERT_TRUE(tighten_descriptors(daemon.pid(), nullptr, &hard));
   TestCgroup cg("sw-emfile-" + std::to_string(getpid()));
-  Spawn s;
-  s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", "300", "--calls",
-            "cudaMemset:4"};
-  s.cgroup_dir = cg.dir();
+  const Spawn s = four_memsets(copy, cg, 300);
   ASSERT_EQ(wait_exit(spawn(s)), 0);
   // Refused before any probe is attached (no partial set to give back), logged at once.
   std::string log;
@@ -183,21 +196,14 @@ TEST(Attack, OutOfFileDescriptorsIsRetried) {
   EXPECT_NE(log.find("(retried at the next scan)"), std::string::npos) << log;
   EXPECT_NE(log.find("file descriptors"), std::string::npos) << log;
   EXPECT_EQ(log.find("libbpf"), std::string::npos) << "attached part of the set: " << log;
-  auto before = find_sample(parse_exposition(daemon.metrics()),
-                            "stallwatch_cuda_call_duration_seconds_count",
-                            {{"cgroup", cg.label()}, {"call", "cudaMemset"}});
-  EXPECT_FALSE(before.has_value()) << "traced without its probes?";
+  EXPECT_FALSE(memsets_counted(daemon, cg).has_value()) << "traced without its probes?";
 
   struct rlimit roomy {};
   roomy.rlim_cur = roomy.rlim_max = hard;
   ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &roomy, nullptr), 0) << std::strerror(errno);
   ASSERT_EQ(wait_exit(spawn(s)), 0);
   ASSERT_TRUE(daemon.wait_windows());
-  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()),
-                        "stallwatch_cuda_call_duration_seconds_count",
-                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
-            4)
-      << capture("tail -20 " + daemon.log_path());
+  EXPECT_EQ(memsets_counted(daemon, cg), 4) << capture("tail -20 " + daemon.log_path());
   std::filesystem::remove_all(dir);
 }
 
@@ -214,17 +220,9 @@ TEST(Attack, MultiUprobeLinksNeedTwoDescriptorsPerFile) {
   rlim_t soft = 0;
   ASSERT_TRUE(tighten_descriptors(daemon.pid(), &soft, nullptr));
   TestCgroup cg("sw-twofds-" + std::to_string(getpid()));
-  Spawn s;
-  s.argv = {WORKLOAD_BIN, "--cudart", copy, "--start-delay-ms", "500", "--calls",
-            "cudaMemset:4"};
-  s.cgroup_dir = cg.dir();
-  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_EQ(wait_exit(spawn(four_memsets(copy, cg, 500))), 0);
   ASSERT_TRUE(daemon.wait_windows());
-  EXPECT_EQ(find_sample(parse_exposition(daemon.metrics()),
-                        "stallwatch_cuda_call_duration_seconds_count",
-                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
-            4)
-      << capture("tail -20 " + daemon.log_path());
+  EXPECT_EQ(memsets_counted(daemon, cg), 4) << capture("tail -20 " + daemon.log_path());
   EXPECT_EQ(capture("cat " + daemon.log_path()).find("file descriptors"), std::string::npos);
   struct rlimit back {};
   ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, nullptr, &back), 0);
