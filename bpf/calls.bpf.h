@@ -144,6 +144,43 @@ static __always_inline struct call_frame *sw_call_exit(struct thread_state *t, _
 	return NULL;
 }
 
+/*
+ * The stack pointer a call entered with, seen from its return: on x86-64 the return has popped
+ * the return address the entry saw on the stack; on arm64 the return address is in a register
+ * and the stack pointer is the entry's.
+ */
+static __always_inline __u64 sw_entry_sp_at_return(struct pt_regs *ctx)
+{
+#if defined(__TARGET_ARCH_x86)
+	return PT_REGS_SP(ctx) - 8;
+#else
+	return PT_REGS_SP(ctx);
+#endif
+}
+
+/*
+ * The returning call's frame when it is the innermost open one, found by its stack pointer
+ * alone: only the call that pushed that frame can return at that stack position (an entry at
+ * or above a frame's stack pointer drops it, sw_call_enter), so no cookie is needed. NULL
+ * otherwise (a frame of a call that left without its return is above it, a second probe set's
+ * return is due, or the entry was not seen): then the caller matches by call id.
+ */
+static __always_inline struct call_frame *sw_call_exit_innermost(struct pt_regs *ctx,
+								  struct thread_state *t)
+{
+	struct call_frame *f;
+	__u32 d;
+
+	if (!t || !t->depth || t->unmatched)
+		return NULL;
+	d = (t->depth - 1) & (SW_MAX_DEPTH - 1);
+	f = &t->frames[d];
+	if (f->sp != sw_entry_sp_at_return(ctx))
+		return NULL;
+	t->depth = d;
+	return f;
+}
+
 /* A slot for key: a freed one, else a never-used one; SW_CALL_SLOTS when none is left. */
 static __always_inline __u32 sw_new_slot(const struct call_key *key)
 {

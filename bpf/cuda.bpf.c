@@ -176,17 +176,25 @@ static __always_inline int cuda_enter_body(struct pt_regs *ctx)
 static __always_inline int cuda_exit_body(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct thread_state *t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
-	struct call_frame *f = sw_call_exit(t, (__u32)cookie);
+	/* Most returns are the innermost open call's: found by stack pointer, no cookie read. */
+	struct call_frame *f = sw_call_exit_innermost(ctx, t);
 	struct call_stats *s;
+	__u64 cookie = 0;
 	__u32 slot = 0;
 
+	if (!f) {
+		cookie = bpf_get_attach_cookie(ctx);
+		f = sw_call_exit(t, (__u32)cookie);
+	}
 	if (!f || !t)
 		return 0;
 	s = sw_record_call(ctx, t, f, now, &slot);
-	if (f->mem_op != SW_MEM_NONE)
+	if (f->mem_op != SW_MEM_NONE) {
+		if (!cookie)
+			cookie = bpf_get_attach_cookie(ctx);
 		mem_exit(ctx, t, f, s, slot, cookie);
+	}
 	return 0;
 }
 
