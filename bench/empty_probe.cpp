@@ -2,7 +2,8 @@
 // empty_probe.bpf.c where the daemon's LibraryProbes::attach would attach cuda_enter/cuda_exit:
 // one pair per distinct file offset of every exported symbol call_for_symbol() knows, pid -1 (all
 // processes). With --sched, also an empty tp_btf program on sched_switch and on sched_wakeup (the
-// floor of the scheduler hooks). Prints "ready" once every probe is attached, then holds them
+// floor of the scheduler hooks). With --timer, the timer pair instead of the empty pair (two clock
+// reads and two task-storage lookups per call: the floor of any per-thread call timer). Prints "ready" once every probe is attached, then holds them
 // until SIGTERM/SIGINT.
 // Exit status: 0 after a clean detach, 1 on any failure (nothing is left attached), 2 on usage.
 #include <bpf/libbpf.h>
@@ -47,10 +48,22 @@ LinkPtr attach(bpf_program* prog, const std::string& path, std::uint64_t offset,
 
 int main(int argc, char** argv) {
   using namespace stallwatch::trace;
-  const bool sched = argc == 3 && std::strcmp(argv[2], "--sched") == 0;
-  if (argc != 2 && !sched) {
+  bool sched = false;
+  bool timer = false;
+  bool usage = argc < 2;
+  for (int i = 2; i < argc; i++) {
+    if (std::strcmp(argv[i], "--sched") == 0) {
+      sched = true;
+    } else if (std::strcmp(argv[i], "--timer") == 0) {
+      timer = true;
+    } else {
+      usage = true;
+    }
+  }
+  if (usage) {
     std::fprintf(stderr,
-                 "usage: empty_probe LIBRARY [--sched]   (e.g. build/mock/libcudart.so.12)\n");
+                 "usage: empty_probe LIBRARY [--sched] [--timer]   (e.g. "
+                 "build/mock/libcudart.so.12)\n");
     return 2;
   }
   const std::string path = argv[1];
@@ -87,6 +100,10 @@ int main(int argc, char** argv) {
     bpf_program__set_autoload(skel->progs.empty_switch, false);
     bpf_program__set_autoload(skel->progs.empty_wakeup, false);
   }
+  if (skel) {
+    bpf_program__set_autoload(timer ? skel->progs.empty_enter : skel->progs.timer_enter, false);
+    bpf_program__set_autoload(timer ? skel->progs.empty_exit : skel->progs.timer_exit, false);
+  }
   if (!skel || empty_probe_bpf__load(skel.get()) != 0) {
     std::fprintf(stderr, "empty_probe: loading the BPF object: %s\n", std::strerror(errno));
     return 1;
@@ -103,9 +120,11 @@ int main(int argc, char** argv) {
       }
     }
   }
+  bpf_program* enter = timer ? skel->progs.timer_enter : skel->progs.empty_enter;
+  bpf_program* exit = timer ? skel->progs.timer_exit : skel->progs.empty_exit;
   for (const auto& [offset, name] : targets) {
-    links.push_back(attach(skel->progs.empty_enter, path, offset, false));
-    links.push_back(attach(skel->progs.empty_exit, path, offset, true));
+    links.push_back(attach(enter, path, offset, false));
+    links.push_back(attach(exit, path, offset, true));
     if (!links[links.size() - 2] || !links.back()) {
       ok = false;
       break;
