@@ -19,11 +19,17 @@ std::string hex(std::uint64_t v) {
   return buf;
 }
 
-// Frames that identify a site: offsets inside a function do not split one.
+// Frames that identify a site. With Python frames, those alone: the native frames under them are
+// the interpreter's and the libraries' (one line of a training step reaches cuLaunchKernel through
+// many C++ paths), and two sites that differ only there would show as the same line twice. Without
+// them, the native frames, where offsets inside a function do not split a site.
 std::vector<SiteFrame> identity(const std::vector<SiteFrame>& frames) {
-  std::vector<SiteFrame> out = frames;
-  for (auto& f : out) {
-    if (!f.python && !f.function.empty()) f.offset = 0;
+  std::vector<SiteFrame> out;
+  const bool python = std::any_of(frames.begin(), frames.end(), [](const SiteFrame& f) { return f.python; });
+  for (const auto& f : frames) {
+    if (python && !f.python) continue;
+    out.push_back(f);
+    if (!f.python && !f.function.empty()) out.back().offset = 0;
   }
   return out;
 }
@@ -115,21 +121,32 @@ std::vector<CallSite> top_sites(const std::vector<ResolvedSite>& sites, int pid,
   for (const auto& s : sites) {
     if (mine(s) && s.site.call == call) call_has_sites = true;
   }
-  std::map<std::pair<std::string, std::vector<SiteFrame>>, CallSite> merged;
+  // Each merged site keeps the frames of its member with the most stalled time.
+  struct Merged {
+    CallSite site;
+    std::uint64_t heaviest = 0;
+  };
+  std::map<std::pair<std::string, std::vector<SiteFrame>>, Merged> merged;
   std::uint64_t total = 0;
   for (const auto& s : sites) {
     if (!mine(s) || (call_has_sites && s.site.call != call)) continue;
-    auto [it, fresh] = merged.try_emplace({s.site.call, identity(s.site.frames)}, s.site);
+    auto [it, fresh] = merged.try_emplace({s.site.call, identity(s.site.frames)},
+                                          Merged{s.site, s.site.stalled_ns});
     if (!fresh) {
-      it->second.count += s.site.count;
-      it->second.stalled_ns += s.site.stalled_ns;
+      Merged& m = it->second;
+      if (s.site.stalled_ns > m.heaviest) {
+        m.heaviest = s.site.stalled_ns;
+        m.site.frames = s.site.frames;
+      }
+      m.site.count += s.site.count;
+      m.site.stalled_ns += s.site.stalled_ns;
     }
     total += s.site.stalled_ns;
   }
   std::vector<CallSite> out;
-  for (auto& [key, site] : merged) {
-    site.share = total ? static_cast<double>(site.stalled_ns) / static_cast<double>(total) : 0;
-    out.push_back(std::move(site));
+  for (auto& [key, m] : merged) {
+    m.site.share = total ? static_cast<double>(m.site.stalled_ns) / static_cast<double>(total) : 0;
+    out.push_back(std::move(m.site));
   }
   std::sort(out.begin(), out.end(), [](const CallSite& a, const CallSite& b) {
     return a.stalled_ns != b.stalled_ns ? a.stalled_ns > b.stalled_ns : a.count > b.count;

@@ -87,6 +87,31 @@ TEST(Sites, TopSitesRankByStalledTimePreferTheChainsCallAndMergeOffsets) {
   EXPECT_TRUE(top_sites(all, 12, 0, "cudaMalloc").empty());
 }
 
+// Seen on an H100: one line of a training loop reached cuLaunchKernel through two C++ paths,
+// and explain showed the same site line twice (66.6% and 33.4%). A Python site is its Python
+// frames; native-only sites still differ by their native frames.
+TEST(Sites, OnePythonLineReachedThroughTwoNativePathsIsOneSite) {
+  std::vector<ResolvedSite> all;
+  auto add = [&](CallSite s) { all.push_back({10, 7, 0, std::move(s)}); };
+  add(site("cuLaunchKernel", 100, {py("main", 72), py("<module>", 90), native("at::conv", "libtorch_cuda.so", 4)}));
+  add(site("cuLaunchKernel", 200, {py("main", 72), py("<module>", 90), native("at::relu", "libtorch_cuda.so", 8)}));
+  add(site("cuLaunchKernel", 50, {py("main", 75), py("<module>", 90), native("at::relu", "libtorch_cuda.so", 8)}));
+  add(site("cudaMemcpy", 30, {native("load", "app", 1)}));
+  add(site("cudaMemcpy", 20, {native("store", "app", 1)}));
+  auto top = top_sites(all, 10, 0, "cuLaunchKernel");
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].text(), "main() at /app/train.py:72  <- <module>() at /app/train.py:90");
+  EXPECT_EQ(top[0].count, 2u);
+  EXPECT_EQ(top[0].stalled_ns, 300u);
+  EXPECT_DOUBLE_EQ(top[0].share, 300.0 / 350.0);
+  EXPECT_EQ(top[0].frames.back().function, "at::relu");  // the heavier member's frames
+  EXPECT_EQ(top[1].frames[0].line, 75);
+  auto copies = top_sites(all, 10, 0, "cudaMemcpy");
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].frames[0].function, "load");
+  EXPECT_EQ(copies[1].frames[0].function, "store");
+}
+
 TEST(Sites, JsonRoundTripsAndDamagedTextGivesNothing) {
   std::vector<CallSite> sites = {site("cudaStreamSynchronize", 42, {py("settle", 87), native("", "libx.so", 0x10)})};
   sites[0].share = 0.83;
