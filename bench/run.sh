@@ -10,7 +10,8 @@
 #     SCALE_PROCESSES processes, each in a cgroup of its own;
 #  3. BPF program run time (kernel.bpf_stats_enabled) per run: sched_switch/sched_wakeup under a
 #     pipe ping-pong of untraced and of traced threads beside empty programs on the same
-#     tracepoints (the floor), cuda_enter/cuda_exit and the empty pair,
+#     tracepoints (the floor), cuda_enter/cuda_exit and the empty pair, the timer pair alone
+#     (empty_probe --timer: the floor of any per-thread call timer),
 #     block_io_start/done under O_DIRECT reads from an unwatched and from a watched cgroup;
 #  4. engine and store (user space only, bench/engine_bench): ring-buffer records/s through the
 #     chain engine, Engine::observe per window, store rows/s and MiB/hour, explain over 24 h;
@@ -480,6 +481,14 @@ stat_phase() { # NAME COMMAND...: program run time deltas over the command
                                  else null end)}))}' >>"$HOOKS"
   log "bpf_stats $name: $(tail -n1 "$HOOKS" | jq -c '.programs | map_values(.ns_per_run)')"
 }
+# The timer pair (empty_probe --timer): two clock reads and two task-storage lookups per call, the
+# floor of any per-thread call timer, measured with the daemon stopped: beside cuda_enter/cuda_exit
+# on the same probes, whichever program runs second finds the thread's storage warm.
+stop_daemon
+start_loader --timer
+stat_phase timer_alone "$CALL_LOOP" "$LIB" --calls "$CALLS"
+stop_loader
+start_daemon
 # The empty scheduler programs run beside the daemon's on the same switches: their ns/run is the
 # floor (bpf_stats' own clock reads and the dispatch) that sched_switch/sched_wakeup are above.
 start_loader --sched
@@ -567,9 +576,13 @@ jq -n --slurpfile samples "$SAMPLES" --slurpfile cost "$COST" --slurpfile hooks 
       | from_entries)
   | .sched_hooks.target_ns = {untraced: 50, traced: 150}
   | (.bpf_run_time | map(select(.phase == "call_loop"))[0].programs) as $p
+  | (.bpf_run_time | map(select(.phase == "timer_alone"))[0].programs) as $t
   | .call_cost.bpf_body_ns_per_call = {
       stallwatch: ($p.cuda_enter.ns_per_run + $p.cuda_exit.ns_per_run),
-      empty: ($p.empty_enter.ns_per_run + $p.empty_exit.ns_per_run)}
+      empty: ($p.empty_enter.ns_per_run + $p.empty_exit.ns_per_run),
+      timer_alone: ($t.timer_enter.ns_per_run + $t.timer_exit.ns_per_run)}
+  | .call_cost.bpf_body_ns_above_timer =
+      (.call_cost.bpf_body_ns_per_call.stallwatch - .call_cost.bpf_body_ns_per_call.timer_alone)
   | .call_cost.ratio_estimate_from_bpf_stats =
       (1 + (.call_cost.bpf_body_ns_per_call.stallwatch - .call_cost.bpf_body_ns_per_call.empty)
              / .call_cost.added_ns.empty)
@@ -587,6 +600,7 @@ table '"variant\tns/call\tadded ns\tprobes",
 table '"ratio (stallwatch-untraced)/(empty-untraced):\t\(.call_cost.ratio_of_medians | r(3))\t(target <= 1.10)",
   "paired per-round ratios, median:\t\(.call_cost.ratio_paired.median | r(3))\t\(.call_cost.ratio_paired.per_round | map(r(2)) | join(" "))",
   "estimate from bpf_stats:\t\(.call_cost.ratio_estimate_from_bpf_stats | r(3))\t(1 + (cuda_enter+cuda_exit - empty pair body ns) / empty added ns)",
+  "bpf_stats ns per call, stallwatch / timer pair alone / empty pair:\t\(.call_cost.bpf_body_ns_per_call | "\(.stallwatch | r(0)) / \(.timer_alone | r(0)) / \(.empty | r(0))")\t(stallwatch above the timer: \(.call_cost.bpf_body_ns_above_timer | r(0)) ns; target <= 250 in all)",
   "samples set aside (foreign probes):\t\(.call_cost.samples_set_aside_for_foreign_probes)"'
 echo
 echo "daemon cost (--window 1s, call_loop over $RATE_THREADS threads)"
