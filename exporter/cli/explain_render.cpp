@@ -133,6 +133,13 @@ std::string latency_line(const ReportChain& c) {
   std::string s = c.call + " p99 ";
   if (c.baseline_p99_s > 0) {
     const double ratio = c.ratio > 0 ? c.ratio : c.p99_s / c.baseline_p99_s;
+    if (ratio_text(ratio) == "1.0x") {
+      // The chain's effect is elsewhere (fewer calls per window, a slower job): say that the
+      // latency did not move rather than "61µs -> 61µs (1.0x)".
+      s += human_seconds(c.p99_s);
+      if (c.p50_s > 0) s += ", p50 " + human_seconds(c.p50_s);
+      return s + ", as in the baseline";
+    }
     s += human_seconds(c.baseline_p99_s) + " -> " + human_seconds(c.p99_s) + " (" +
          ratio_text(ratio) + ")";
     if (c.p50_s > 0) {

@@ -535,6 +535,25 @@ TEST_F(ExplainTest, KubernetesNamesNameTheWorkload) {
   }
 }
 
+// Seen on an H100: a chain whose effect is fewer calls per window, at the baseline's latency,
+// read "cuLaunchKernel p99 61µs -> 61µs (1.0x)". It now says the latency did not move.
+TEST_F(ExplainTest, LatencyAsInTheBaselineIsSaidSo) {
+  TestDb db(path);
+  add_windows(db);
+  ChainSpec c = cpu_chain();
+  c.call = "cuLaunchKernel";
+  c.p99 = c.b99 = 61e-6;
+  c.p50 = c.b50 = 7.6e-6;
+  c.ratio = 1.02;
+  c.effect = "cuLaunchKernel calls per window fell 69.8% from the baseline (6,966 → 2,106)";
+  db.chain(c);
+  const std::string text = cli::render_explain_text(load(db.get(), hour()));
+  EXPECT_NE(text.find("Effect:       cuLaunchKernel p99 61µs, p50 7.6µs, as in the baseline\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("(1.0x)"), std::string::npos) << text;
+}
+
 TEST_F(ExplainTest, CgroupFilterAppliesToProcessesAndTraced) {
   TestDb db(path);
   build_incident(db);
