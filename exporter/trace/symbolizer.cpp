@@ -3,7 +3,10 @@
 
 #include <cxxabi.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <string_view>
@@ -13,6 +16,7 @@ namespace {
 
 constexpr size_t kMaxFiles = 512;      // cached files; the cache is dropped past it
 constexpr size_t kMaxProcesses = 4096;  // cached process maps
+constexpr size_t kMaxLoads = 4;  // files read in the background at once; more wait their turn
 
 std::vector<MapsEntry> read_maps(const host::Procfs& fs, int pid) {
   std::vector<MapsEntry> out;
@@ -64,21 +68,50 @@ const MapsEntry* Symbolizer::mapping(int pid, std::uint64_t addr) {
   return find(v);
 }
 
-const Symbolizer::File& Symbolizer::file(int pid, const MapsEntry& m) {
-  const std::pair<std::uint64_t, std::uint64_t> key{
-      (std::uint64_t{m.dev_major} << 32) | m.dev_minor, m.inode};
-  auto it = files_.find(key);
-  if (it != files_.end()) return it->second;
-  if (files_.size() >= kMaxFiles) files_.clear();
+namespace {
+
+template <typename File>
+File load_file(const std::string& path) {
   File f;
-  auto symbols = read_function_symbols(host_path(fs_, pid, std::string(m.file_path())));
+  auto symbols = read_function_symbols(path);
   if (symbols) {
     f.by_offset = std::move(*symbols);
     std::sort(f.by_offset.begin(), f.by_offset.end(),
               [](const ElfSymbol& a, const ElfSymbol& b) { return a.file_offset < b.file_offset; });
     f.readable = true;
   }
-  return files_.emplace(key, std::move(f)).first->second;
+  return f;
+}
+
+}  // namespace
+
+Symbolizer::~Symbolizer() { wait_for_loads(); }
+
+void Symbolizer::wait_for_loads() {
+  for (auto& [key, load] : loading_) load.wait();
+}
+
+const Symbolizer::File& Symbolizer::file(int pid, const MapsEntry& m) {
+  static const File kPending;  // a file being read in the background: no names yet
+  const FileKey key{(std::uint64_t{m.dev_major} << 32) | m.dev_minor, m.inode};
+  auto it = files_.find(key);
+  if (it != files_.end()) return it->second;
+  if (auto l = loading_.find(key); l != loading_.end()) {
+    if (l->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return kPending;
+    File f = l->second.get();
+    loading_.erase(l);
+    if (files_.size() >= kMaxFiles) files_.clear();
+    return files_.emplace(key, std::move(f)).first->second;
+  }
+  if (files_.size() >= kMaxFiles) files_.clear();
+  const std::string path = host_path(fs_, pid, std::string(m.file_path()));
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= background_bytes_) {
+    if (loading_.size() >= kMaxLoads) return kPending;  // asked again by a later window
+    loading_.emplace(key, std::async(std::launch::async, [path] { return load_file<File>(path); }));
+    return kPending;
+  }
+  return files_.emplace(key, load_file<File>(path)).first->second;
 }
 
 std::vector<NativeFrame> Symbolizer::symbolize(int pid, const std::vector<std::uint64_t>& ips) {

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "chains/sites.h"
+#include <unistd.h>
+
+#include "host/procfs.h"
 #include "trace/elf_symbols.h"
 #include "trace/symbolizer.h"
 
@@ -132,6 +135,37 @@ TEST(Sites, DemanglesCppNamesAndLeavesOthers) {
   EXPECT_EQ(trace::demangle("_ZN3foo3barEv"), "foo::bar()");
   EXPECT_EQ(trace::demangle("cudaMalloc"), "cudaMalloc");
   EXPECT_EQ(trace::demangle("_Znot-valid"), "_Znot-valid");
+}
+
+}  // namespace
+
+// A function of this test binary to name: its address, seen as a return address into it.
+extern "C" __attribute__((noinline, used)) int sites_test_marker(int x) { return x * 3 + 1; }
+
+namespace {
+
+// Seen on an H100: naming a loop's first sites read libtorch's symbol tables on the window
+// thread for 1.9 s. A large file is read in the background: its frames are unnamed until then.
+TEST(Sites, ALargeFilesSymbolsAreReadInTheBackground) {
+  host::Procfs fs;
+  const auto ip = reinterpret_cast<std::uint64_t>(&sites_test_marker) + 4;
+  trace::Symbolizer now(fs, ~std::uint64_t{0});  // no file in the background
+  auto named = now.symbolize(getpid(), {ip});
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].function, "sites_test_marker");
+  EXPECT_EQ(named[0].offset, 4u);
+
+  trace::Symbolizer later(fs, 0);  // every file in the background
+  auto first = later.symbolize(getpid(), {ip});
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].function, "");
+  EXPECT_EQ(first[0].module, named[0].module);
+  EXPECT_GT(first[0].offset, 4u);  // into the file
+  later.wait_for_loads();
+  auto second = later.symbolize(getpid(), {ip});
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].function, "sites_test_marker");
+  EXPECT_EQ(second[0].offset, 4u);
 }
 
 TEST(Sites, SymbolAddressesOfTheMockRuntime) {
