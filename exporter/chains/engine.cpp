@@ -60,6 +60,39 @@ void Engine::forget_exited(const Snapshot& snap) {
   baselines_.forget_exited(snap);
 }
 
+namespace {
+
+// The time a chain's process spent in CUDA calls this window (0 for a chain about a cgroup).
+std::uint64_t process_cuda_ns(const WindowView& view, const Chain& c) {
+  if (c.pid <= 0) return 0;
+  for (const auto& p : view.processes) {
+    if (p.pid == c.pid && p.cgroup == c.identity.cgroup) return p.cuda_ns();
+  }
+  return 0;
+}
+
+// An open chain updated by a window that says little (Track::cuda_ns): its figures and texts
+// stay those of the window they came from; its windows, time and sites move on.
+void keep_texts(Chain& c, const Chain& prev) {
+  c.severity = prev.severity;
+  c.comm = prev.comm;
+  c.call = prev.call;
+  c.api = prev.api;
+  c.p50_s = prev.p50_s;
+  c.p99_s = prev.p99_s;
+  c.baseline_p50_s = prev.baseline_p50_s;
+  c.baseline_p99_s = prev.baseline_p99_s;
+  c.ratio = prev.ratio;
+  c.summary = prev.summary;
+  c.root_cause = prev.root_cause;
+  c.effect = prev.effect;
+  c.recommendation = prev.recommendation;
+  c.contributors = prev.contributors;
+  c.evidence = prev.evidence;
+}
+
+}  // namespace
+
 // Healthy windows only: a process with a finding or an open chain keeps its baseline frozen,
 // so the incident never becomes the new normal. A finding or chain about a cgroup (pid 0:
 // memory_pressure, io_stall, network_retransmit) freezes every process of that cgroup.
@@ -97,6 +130,12 @@ std::vector<Chain> Engine::observe(const Snapshot& snap, const WindowView& view,
     if (t.hits++ == 0) t.first_hit_ns = view.end_ns - view.window_ns;
     Chain c = std::move(f.chain);
     c.updated_ns = view.end_ns;
+    const std::uint64_t cuda = process_cuda_ns(view, c);
+    if (t.has_chain && c.pid > 0 && cuda < t.cuda_ns / 10) {
+      keep_texts(c, t.chain);
+    } else {
+      t.cuda_ns = cuda;
+    }
     {
       // The chain's sites over its life: this window's outliers of its process (of the
       // cgroup's processes for a chain about a cgroup) merged into what it had.

@@ -540,6 +540,38 @@ TEST(ChainLifecycle, ExitedProcessClosesAfterCloseAfter) {
   EXPECT_DOUBLE_EQ(d.engine.baseline(kCg, 0, sync)->median_p99(), kCalmSyncS);
 }
 
+// Seen on an H100: a training loop ended while the hog went on, and the chain's last window (the
+// loop's exit: one synchronize, 2 ms of CUDA time) became its root and effect ("off-CPU for 0%
+// of its CUDA call time (0 of 2ms)", "calls per window fell 99.4%"). Such a window keeps the
+// texts of the contention itself; the chain's windows and time still move on.
+TEST(ChainLifecycle, AWindowOfAProcessLeavingKeepsTheContentionsTexts) {
+  Driver d;
+  for (int i = 0; i < 5; i++) d.step(with(calm()));
+  Chain before;
+  for (int i = 0; i < 3; i++) {
+    auto c = d.step(with(contended(0.6)));
+    if (!c.empty()) before = c[0];
+  }
+  ASSERT_FALSE(before.id.empty());
+  Load leaving = contended(0.6);
+  leaving.steps = 1;  // a twentieth of the calls: its last step
+  auto last = d.step(with(leaving));
+  ASSERT_EQ(last.size(), 1u) << "the contention still holds in that window";
+  EXPECT_EQ(last[0].id, before.id);
+  EXPECT_EQ(last[0].windows, before.windows + 1);
+  EXPECT_EQ(last[0].updated_ns, before.updated_ns + kWindow);
+  EXPECT_EQ(last[0].root_cause, before.root_cause);
+  EXPECT_EQ(last[0].effect, before.effect);
+  EXPECT_EQ(last[0].summary, before.summary);
+  EXPECT_EQ(last[0].evidence, before.evidence);
+  EXPECT_DOUBLE_EQ(last[0].p99_s, before.p99_s);
+  // A full window again takes its own texts.
+  Load worse = contended(0.8);
+  auto next = d.step(with(worse));
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_NE(next[0].root_cause, before.root_cause);
+}
+
 TEST(ChainLifecycle, BaselineStaysFrozenDuringIncident) {
   Driver d;
   auto s = demo::make_scenario("incident");
