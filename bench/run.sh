@@ -216,10 +216,15 @@ metric() {
 
 # Uprobes on our library copy held by any process but our loader and daemon: another stallwatch
 # that saw our call_loop map it. Samples taken while any exist are set aside.
+# Another stallwatch's multi-uprobe links are not perf events and bpftool lists no owner pids:
+# any other stallwatch process counts as one (it attaches the copy once call_loop maps it).
 foreign_probes() {
-  bpftool perf show -j 2>/dev/null |
+  local perf others
+  perf=$(bpftool perf show -j 2>/dev/null |
     jq --arg f "$LIB" --argjson mine "[${LOADER_PID:-0},${DAEMON_PID:-0}]" \
-      '[.[] | select((.filename // "") | endswith($f)) | select(.pid | IN($mine[]) | not)] | length'
+      '[.[] | select((.filename // "") | endswith($f)) | select(.pid | IN($mine[]) | not)] | length')
+  others=$( (pgrep -x stallwatch || true) | grep -vcx "${DAEMON_PID:-0}" || true)
+  echo $((${perf:-0} + others))
 }
 
 start_loader() { # [--sched]: also the empty scheduler programs (the floor of sched_switch/wakeup)
