@@ -199,6 +199,23 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
                          "The cgroup's pressure stall time (cgroup v2 PSI), by resource and "
                          "scope (some: at least one task stalled; full: all non-idle tasks).",
                          MetricKind::kCounter, "s");
+  auto throttled_s = family("stallwatch_cgroup_cpu_throttled_seconds_total",
+                            "Time the workload's CPU limit (CFS quota: Kubernetes limits.cpu, "
+                            "systemd CPUQuota=) kept it throttled, summed over CPUs and over the "
+                            "limited levels of its cgroup and ancestors (cpu.stat).",
+                            MetricKind::kCounter, "s");
+  auto throttled_n = family("stallwatch_cgroup_cpu_throttled_periods_total",
+                            "Enforcement periods in which the workload's CPU limit throttled it "
+                            "(cpu.stat nr_throttled, limited levels summed).",
+                            MetricKind::kCounter, "{period}");
+  auto periods_n = family("stallwatch_cgroup_cpu_periods_total",
+                          "Enforcement periods in which the workload's limited cgroups had "
+                          "runnable tasks (cpu.stat nr_periods, limited levels summed).",
+                          MetricKind::kCounter, "{period}");
+  auto limit_cores = family("stallwatch_cgroup_cpu_limit_cores",
+                            "The tightest CPU limit over the workload's cgroup and its ancestors, "
+                            "in CPUs (quota / period).",
+                            MetricKind::kGauge, "{cpu}");
   auto io_duration = family("stallwatch_block_io_duration_seconds",
                             "Block I/O requests submitted by the series' tasks, from submission "
                             "to completion, by device and op.",
@@ -242,6 +259,12 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
             point(id, {{"resource", resource}, {"scope", "full"}}, seconds(full_ns)));
       }
     }
+    if (const host::CpuLimitTotals& l = s.cpu_limit; l.known && l.limited()) {
+      throttled_s.points.push_back(point(id, {}, seconds(l.throttled_ns)));
+      throttled_n.points.push_back(point(id, {}, count(l.throttled_periods)));
+      periods_n.points.push_back(point(id, {}, count(l.periods)));
+      limit_cores.points.push_back(point(id, {}, l.limit_cores));
+    }
     for (const auto& [key, t] : s.io) {
       LabelPairs l{{"device", key.device}, {"op", key.op}};
       io_duration.points.push_back(histogram(id, l, t));
@@ -260,7 +283,8 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
       nccl_bytes.points.push_back(point(id, l, count(t.bytes)));
     }
   }
-  keep_nonempty({&starvation, &reclaim_s, &reclaims, &oom, &pressure, &io_duration, &io_bytes,
+  keep_nonempty({&starvation, &reclaim_s, &reclaims, &oom, &pressure, &throttled_s, &throttled_n,
+                 &periods_n, &limit_cores, &io_duration, &io_bytes,
                  &retransmits, &nccl_duration, &nccl_bytes},
                 out);
 }

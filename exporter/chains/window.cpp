@@ -71,6 +71,15 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
   // window to speak of.
   w.pressure = delta(s.pressure, before ? &before->pressure : nullptr);
   if (!before) w.pressure = PressureTotals{};
+  // The CPU limit as it is now, with the window's throttling; known only when both snapshots
+  // read it.
+  if (before && s.cpu_limit.known && before->cpu_limit.known) {
+    const host::CpuLimitTotals& b = before->cpu_limit;
+    w.cpu_limit = s.cpu_limit;
+    w.cpu_limit.periods = counter_delta(s.cpu_limit.periods, b.periods);
+    w.cpu_limit.throttled_periods = counter_delta(s.cpu_limit.throttled_periods, b.throttled_periods);
+    w.cpu_limit.throttled_ns = counter_delta(s.cpu_limit.throttled_ns, b.throttled_ns);
+  }
   w.io = active_deltas(s.io, before ? &before->io : nullptr);
   std::map<std::pair<int, IoKey>, const IoTotals*> old_io;
   if (before) {

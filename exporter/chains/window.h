@@ -55,6 +55,9 @@ struct SeriesWindow {
   std::uint64_t oom_kills_cuda = 0;        // of which CUDA-issuing
   std::vector<OomKill> new_oom_victims;    // victims listed now and not before, oldest first
   PressureTotals pressure;                 // delta; known only when both snapshots knew it
+  // The CPU limit as now, its periods and throttling as this window's delta; known only when
+  // both snapshots knew it (host/cpu_limit.h).
+  host::CpuLimitTotals cpu_limit;
   std::map<IoKey, IoTotals> io;            // this window's delta, count > 0
   std::vector<ProcessIo> io_processes;     // delta per (pid, device, op), count > 0; any process
   std::uint64_t retransmits_ipv4 = 0;      // delta

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "host/cpu_limit.h"
 #include "host/host_sampler.h"
 #include "host/pressure.h"
 #include "host/self_stats.h"
@@ -229,6 +230,9 @@ struct Series : SeriesTotals {
   std::map<int, ProcessInfo> process_info;  // by pid, live processes only
   std::vector<Preemptor> preemptors;  // every one the kernel's map holds, top first
   PressureTotals pressure;
+  // The CPU limit of its CUDA-issuing processes' cpu cgroup and ancestors, and their
+  // throttling, cumulative (trace/cpu_limit_source.cpp); known = false when not read.
+  host::CpuLimitTotals cpu_limit;
   std::vector<ProcessIo> io_processes;   // live processes only
   std::vector<ProcessNccl> nccl_processes;  // live processes only
   std::vector<InflightCall> inflight;  // open calls of live processes now, oldest first
