@@ -18,6 +18,7 @@ namespace stallwatch::chains {
 enum class Kind : std::uint8_t {
   kCpuContention,
   kCpuSteal,
+  kCpuThrottle,
   kMemoryPressure,
   kIoStall,
   kNetworkRetransmit,
@@ -56,6 +57,7 @@ using RuleFactory = std::unique_ptr<Rule> (*)();
 // One factory per rule file (chains/rules/<kind>.cpp).
 std::unique_ptr<Rule> make_cpu_contention_rule();
 std::unique_ptr<Rule> make_cpu_steal_rule();
+std::unique_ptr<Rule> make_cpu_throttle_rule();
 std::unique_ptr<Rule> make_alloc_spike_rule();
 std::unique_ptr<Rule> make_cold_start_rule();
 std::unique_ptr<Rule> make_memcpy_bound_rule();
@@ -78,7 +80,7 @@ struct KindInfo {
 };
 
 // Rows in Kind order (kind_info relies on it).
-inline constexpr std::array<KindInfo, 13> kKinds = {{
+inline constexpr std::array<KindInfo, 14> kKinds = {{
     {Kind::kCpuContention,
      "cpu_contention",
      "cpu_contention",
@@ -88,9 +90,15 @@ inline constexpr std::array<KindInfo, 13> kKinds = {{
     {Kind::kCpuSteal,
      "cpu_steal",
      "cpu_steal",
-     "steal + interrupt share of the process's most affected CPU",
+     "steal + interrupt share of the process's CPUs (given an on-CPU slowdown it explains)",
      {0.10, 0.25, 0.50},
      make_cpu_steal_rule},
+    {Kind::kCpuThrottle,
+     "cpu_throttle",
+     "cpu_throttle",
+     "runnable share of call or thread time that the workload's own CPU limit explains",
+     {0.10, 0.25, 0.50},
+     make_cpu_throttle_rule},
     {Kind::kMemoryPressure,
      "memory_pressure",
      "memory_pressure",

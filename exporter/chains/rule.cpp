@@ -77,6 +77,36 @@ std::optional<WindowContext::Stolen> WindowContext::stolen(const ProcessWindow& 
   return s;
 }
 
+std::optional<WindowContext::OnCpuGrowth> WindowContext::oncpu_growth(
+    const ProcessWindow& p) const {
+  std::optional<OnCpuGrowth> best;
+  for (const auto& [id, t] : p.calls) {
+    if (t.count < options.thresholds.min_calls) continue;
+    const Baseline* b = baseline(p, id);
+    const double usual_ns = b ? b->median_mean() * 1e9 * static_cast<double>(t.count) : 0;
+    if (usual_ns <= 0) continue;
+    const std::uint64_t off = t.runnable_ns + t.blocked_ns;
+    const double oncpu = static_cast<double>(t.sum_ns > off ? t.sum_ns - off : 0);
+    if (oncpu <= usual_ns) continue;
+    const auto excess = static_cast<std::uint64_t>(oncpu - usual_ns);
+    if (!best || excess > best->excess_ns) best = OnCpuGrowth{id, oncpu / usual_ns, excess};
+  }
+  return best;
+}
+
+std::optional<WindowContext::Throttle> WindowContext::throttle(const ProcessWindow& p) const {
+  auto it = view.series.find(p.cgroup);
+  if (it == view.series.end()) return std::nullopt;
+  const host::CpuLimitTotals& l = it->second.cpu_limit;
+  if (!l.known || !l.limited() || l.throttled_periods == 0 || l.throttled_ns == 0) {
+    return std::nullopt;
+  }
+  const double runnable = static_cast<double>(p.offcpu.runnable_ns);
+  const double explained =
+      runnable > 0 ? std::min(1.0, static_cast<double>(l.throttled_ns) / runnable) : 0;
+  return Throttle{&l, explained};
+}
+
 std::vector<const ProcessWindow*> WindowContext::cuda_processes(const std::string& cgroup) const {
   std::vector<const ProcessWindow*> out;
   for (const auto& p : view.processes) {

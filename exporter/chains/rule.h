@@ -86,6 +86,27 @@ struct WindowContext {
     host::CpuStolen worst;  // the most affected CPU
   };
   std::optional<Stolen> stolen(const ProcessWindow& p) const;
+  // The effect an on-CPU cause (steal, interrupts) must explain: the process's call whose time
+  // on-CPU (call time less its runnable and blocked time) rose most above what its baseline
+  // says the whole call usually takes (count × the baseline's median mean). Conservative: the
+  // baseline's mean includes off-CPU time. Only calls with `min_calls` calls and a known
+  // baseline; null when none grew.
+  struct OnCpuGrowth {
+    std::uint32_t call_id = 0;
+    double ratio = 0;            // on-CPU time / (count × baseline mean)
+    std::uint64_t excess_ns = 0;  // on-CPU time above count × baseline mean
+  };
+  std::optional<OnCpuGrowth> oncpu_growth(const ProcessWindow& p) const;
+  // The CPU limit of the process's series this window (host/cpu_limit.h, the window's
+  // throttling) and the share of the process's runnable wait that throttling explains: the
+  // cgroup's throttled time (summed over its CPUs) against the process's runnable time, 0..1.
+  // While a level is throttled none of its tasks may run, whoever else wants the CPU. Null
+  // without a known limit or without throttling this window.
+  struct Throttle {
+    const host::CpuLimitTotals* limit = nullptr;
+    double explained = 0;
+  };
+  std::optional<Throttle> throttle(const ProcessWindow& p) const;
   // The series' CUDA processes this window, most CUDA time first.
   std::vector<const ProcessWindow*> cuda_processes(const std::string& cgroup) const;
 };

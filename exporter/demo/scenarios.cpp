@@ -243,6 +243,39 @@ Scenario cpu_steal() {
   return s;
 }
 
+Scenario cpu_throttle() {
+  Scenario s{"cpu-throttle",
+             "the training pod's limits.cpu is 2 CPUs: the kernel throttles its launch thread",
+             "a HIGH cpu_throttle chain naming the 2-CPU limit, and no cpu_contention",
+             {},
+             1};
+  const int pid = 6120;
+  s.phases.push_back({"python3 trains calm in a pod limited to 2 CPUs, the limit not reached", 5,
+                      [pid](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+                        if (!h.has_process(pid)) {
+                          h.add_process(kTrainPod, pid, "python3", now - 600000000000LL);
+                        }
+                        train(h, pid, w, calm());
+                        h.cpu_limit(kTrainPod, 2.0, per_window(10, w), 0, 0);
+                      }});
+  s.phases.push_back({"the DataLoader moves into the training container: the pod uses up its 2-CPU "
+                      "quota early in each 100ms period and the kernel throttles it",
+                      8, [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
+                        train(h, pid, w, contended(0.35));
+                        const std::uint64_t periods = per_window(10, w);
+                        h.cpu_limit(kTrainPod, 2.0, periods, periods * 8 / 10,
+                                    share_of(0.9, w));
+                        h.preempted_by(pid, 88, "kworker/0:1", "/", share_of(0.01, w),
+                                       per_window(12, w), 2, /*kernel_thread=*/true);
+                      }});
+  s.phases.push_back({"limits.cpu is dropped (the request stays): back to calm", 4,
+                      [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
+                        train(h, pid, w, calm());
+                        h.cpu_limit(kTrainPod, 2.0, per_window(10, w), 0, 0);
+                      }});
+  return s;
+}
+
 Scenario healthy() {
   Scenario s{"healthy",
              "a busy, GPU-bound training job with no host-side problem",
@@ -266,8 +299,8 @@ Scenario healthy() {
 std::vector<std::string> scenario_names() {
   return {"incident",        "cpu-contention", "cold-start",         "memcpy-bottleneck",
           "periodic-spike",  "gpu-steal",      "memory-pressure",    "io-stall",
-          "network-retransmit", "nccl-straggler", "nccl-hang", "cpu-steal", "cuda-oom",
-          "graph-recapture", "healthy"};
+          "network-retransmit", "nccl-straggler", "nccl-hang", "cpu-steal", "cpu-throttle",
+          "cuda-oom", "graph-recapture", "healthy"};
 }
 
 std::optional<Scenario> make_scenario(const std::string& name) {
@@ -283,6 +316,7 @@ std::optional<Scenario> make_scenario(const std::string& name) {
   if (name == "nccl-straggler") return kit::nccl_straggler();
   if (name == "nccl-hang") return kit::nccl_hang();
   if (name == "cpu-steal") return cpu_steal();
+  if (name == "cpu-throttle") return cpu_throttle();
   if (name == "cuda-oom") return kit::cuda_oom();
   if (name == "graph-recapture") return kit::graph_recapture();
   if (name == "healthy") return healthy();

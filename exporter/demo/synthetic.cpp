@@ -267,6 +267,20 @@ void SyntheticHost::retransmits(const std::string& cgroup, std::uint64_t ipv4,
   kept.tcp_retransmits_ipv6 += ipv6;
 }
 
+void SyntheticHost::cpu_limit(const std::string& cgroup, double cores, std::uint64_t periods,
+                              std::uint64_t throttled_periods, std::uint64_t throttled_ns) {
+  host::CpuLimitTotals& l = cgroups_[cgroup].cpu_limit;
+  l.known = true;
+  l.period_us = 100000;
+  l.quota_us = static_cast<std::uint64_t>(cores * 100000);
+  l.limit_cores = cores;
+  l.limited_at = cgroup;
+  l.limited_dir = "/sys/fs/cgroup" + cgroup;
+  l.periods += periods;
+  l.throttled_periods += throttled_periods;
+  l.throttled_ns += throttled_ns;
+}
+
 std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::time_point taken,
                                                   std::chrono::nanoseconds window) {
   auto snap = std::make_shared<Snapshot>();
@@ -307,6 +321,7 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
     Series& s = snap->series[label];
     s.add(cg.totals);  // as the collector adds a cgroup's retired totals
     s.pressure = cg.pressure;
+    s.cpu_limit = cg.cpu_limit;
   }
   for (auto& [label, s] : snap->series) {
     s.identity = identity::parse_cgroup_path(label);

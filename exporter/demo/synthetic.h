@@ -90,6 +90,10 @@ class SyntheticHost {
   // Adds stall time to the cgroup's PSI (and makes it known).
   void pressure(const std::string& cgroup, const PressureTotals& add);
   void retransmits(const std::string& cgroup, std::uint64_t ipv4, std::uint64_t ipv6);
+  // The cgroup's CPU limit (cores = quota / period at `limited_at`, a cgroup v2 cpu.max) and
+  // this window's periods and throttling, added to its cpu.stat counters.
+  void cpu_limit(const std::string& cgroup, double cores, std::uint64_t periods,
+                 std::uint64_t throttled_periods, std::uint64_t throttled_ns);
 
   // The cumulative snapshot at `taken`, covering the window just ended. As the collector's, it
   // carries no window ratios: the window step (chains/window.h) computes them.
@@ -123,6 +127,7 @@ class SyntheticHost {
   struct Cgroup {
     SeriesTotals totals;
     PressureTotals pressure;
+    host::CpuLimitTotals cpu_limit;
   };
 
   std::map<int, Proc> procs_;

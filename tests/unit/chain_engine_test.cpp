@@ -44,7 +44,8 @@ TEST(ChainScenarios, AllScenariosExist) {
   EXPECT_EQ(names, (std::vector<std::string>{"incident", "cpu-contention", "cold-start",
                                              "memcpy-bottleneck", "periodic-spike", "gpu-steal",
                                              "memory-pressure", "io-stall", "network-retransmit",
-                                             "nccl-straggler", "nccl-hang", "cpu-steal", "cuda-oom", "graph-recapture", "healthy"}));
+                                             "nccl-straggler", "nccl-hang", "cpu-steal", "cpu-throttle", "cuda-oom",
+                                             "graph-recapture", "healthy"}));
   for (const auto& n : names) EXPECT_TRUE(demo::make_scenario(n).has_value()) << n;
   EXPECT_FALSE(demo::make_scenario("nosuch").has_value());
 }

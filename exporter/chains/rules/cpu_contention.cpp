@@ -170,14 +170,21 @@ class CpuContention : public Rule {
       }
     }
     if (!worst) return;
+    // The wait the workload's own CPU limit explains is cpu_throttle's; contention keeps the
+    // rest (docs/chains.md#cpu_throttle).
+    const auto throttle = ctx.throttle(p);
+    const double kept = throttle ? 1.0 - throttle->explained : 1.0;
+    runnable = static_cast<std::uint64_t>(static_cast<double>(runnable) * kept);
+    const auto thread_runnable =
+        static_cast<std::uint64_t>(static_cast<double>(p.offcpu.runnable_ns) * kept);
     const std::uint64_t thread_ns = p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;
     const double call_share = share(static_cast<double>(runnable), static_cast<double>(cuda));
     const double thread_share =
-        share(static_cast<double>(p.offcpu.runnable_ns), static_cast<double>(thread_ns));
+        share(static_cast<double>(thread_runnable), static_cast<double>(thread_ns));
     const double floor = th_.min_window_share * window;
     const bool by_calls = call_share >= th_.call_share && static_cast<double>(runnable) >= floor;
     const bool by_threads =
-        thread_share >= th_.thread_share && static_cast<double>(p.offcpu.runnable_ns) >= floor;
+        thread_share >= th_.thread_share && static_cast<double>(thread_runnable) >= floor;
     if (!by_calls && !by_threads) return;
 
     const double s = std::max(call_share, thread_share);
@@ -192,7 +199,7 @@ class CpuContention : public Rule {
     c.contributors = accumulate(before, p);
     // The process's runnable wait over the chain's windows: what the contributors' stolen
     // time is part of.
-    const double chain_runnable = evidence_of(before, "chain_runnable_s") + secs(p.offcpu.runnable_ns);
+    const double chain_runnable = evidence_of(before, "chain_runnable_s") + secs(thread_runnable);
     const std::uint64_t stall = ctx.worst_stall_ns(p);
     c.evidence = {{"call_runnable_share", call_share},
                   {"thread_runnable_share", thread_share},
@@ -204,10 +211,15 @@ class CpuContention : public Rule {
                   {"preemptions", static_cast<double>(p.offcpu.preemptions)},
                   {"worst_stall_s", secs(stall)},
                   {"chain_runnable_s", chain_runnable}};
+    if (throttle) c.evidence.emplace_back("throttle_explained_share", throttle->explained);
     c.root_cause = p.comm + " (PID " + std::to_string(p.pid) + ") was runnable but off-CPU for " +
                    percent(call_share) + " of its CUDA call time (" + human_ns(runnable) + " of " +
                    human_ns(cuda) + ") and " + percent(thread_share) +
-                   " of its CUDA threads' time; " + thousands(p.offcpu.preemptions) +
+                   " of its CUDA threads' time" +
+                   (throttle ? " beyond the " + percent(throttle->explained) +
+                                   " of its wait its own CPU limit explains"
+                             : std::string()) +
+                   "; " + thousands(p.offcpu.preemptions) +
                    " preemptions, worst stall " + human_ns(stall);
     // The culprit: the heaviest preemptor that is not the process's own thread, if any.
     const Contributor* top = nullptr;

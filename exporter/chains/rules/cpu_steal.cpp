@@ -2,7 +2,10 @@
 // hypervisor (steal: another guest ran on the physical CPU) or interrupts (hard and soft IRQ)
 // took that CPU. The scheduler counts that time as the thread's own, so neither off-CPU time nor
 // preemptors show it; without this rule it is blamed on the call that happened to be running
-// (a 26 ms cudaMalloc read as the allocator growing its pool). docs/chains.md.
+// (a 26 ms cudaMalloc read as the allocator growing its pool). Effect first: steal alone is the
+// weather of a cloud host (context on /metrics and in explain); a chain needs a call whose
+// on-CPU time rose above its baseline by no more than the stolen time can account for.
+// docs/chains.md.
 #include <algorithm>
 #include <string>
 
@@ -17,6 +20,11 @@ struct Thresholds {
   // The CPUs the process may run on lost at least this share of the window, on average.
   double stolen_share = 0.10;
   double min_cuda_share = 0.01;  // and the process spent this share of the window in CUDA calls
+  // The effect: a call's on-CPU time at least this many times its usual call time, by at least
+  // this share of the window; and the stolen time (over the process's CPUs) at least the
+  // excess, so that steal can account for it.
+  double oncpu_growth = 1.25;
+  double min_excess_share = 0.005;
 };
 
 // The process's longest outlier of the window; null when none.
@@ -65,24 +73,25 @@ class CpuSteal : public Rule {
     const std::uint64_t cuda = p.cuda_ns();
     if (share(static_cast<double>(cuda), window) < th_.min_cuda_share) return;
     if (mean.total() < th_.stolen_share) return;
+    // The effect, and whether the stolen time can account for it.
+    const auto grew = ctx.oncpu_growth(p);
+    if (!grew || grew->ratio < th_.oncpu_growth) return;
+    const double excess = static_cast<double>(grew->excess_ns);
+    if (excess < th_.min_excess_share * window) return;
+    const double stolen_all_ns = mean.total() * window * mean.cpu;
+    if (stolen_all_ns < excess) return;
     const double stolen_s = mean.total() * window / 1e9;
     const trace::OutlierRecord* slow = longest_outlier(ctx, p);
+    if (slow && slow->call_id != grew->call_id) slow = nullptr;
     const double slow_oncpu_s = slow ? secs(oncpu_ns(*slow)) : 0;
 
-    // The call it hurt: the slow call's, else the process's call with the most time.
-    auto it = slow ? p.calls.find(slow->call_id) : p.calls.end();
-    if (it == p.calls.end()) {
-      it = std::max_element(p.calls.begin(), p.calls.end(), [](const auto& a, const auto& b) {
-        return a.second.sum_ns < b.second.sum_ns;
-      });
-    }
-    const std::uint32_t id = it->first;
-    const CallTotals* t = &it->second;
+    const std::uint32_t id = grew->call_id;
+    const CallTotals& t = p.calls.at(id);
     Finding f;
     Chain& c = f.chain;
     c = ctx.base_chain(kind(), p);
     c.severity = kind_info(kind()).cutoffs.of(mean.total());
-    CallStat st = stat_of(id, *t);
+    CallStat st = stat_of(id, t);
     const Baseline* b = ctx.baseline(p, id);
     set_call(c, st, b);
     const std::string where = mean.cpu == 1 ? "CPU " + std::to_string(cpu.cpu)
@@ -94,6 +103,8 @@ class CpuSteal : public Rule {
                   {"worst_cpu", static_cast<double>(cpu.cpu)},
                   {"worst_cpu_share", cpu.total()},
                   {"stolen_s", stolen_s},
+                  {"oncpu_growth", grew->ratio},
+                  {"oncpu_excess_s", secs(grew->excess_ns)},
                   {"slow_call_oncpu_s", slow_oncpu_s},
                   {"cuda_time_s", secs(cuda)}};
     c.root_cause = where + " " + process_text(p.comm, p.pid) + " may run on lost " +
@@ -101,11 +112,13 @@ class CpuSteal : public Rule {
                    human_seconds(stolen_s) + " per CPU) to " + what + ": steal " +
                    percent(mean.steal) + ", interrupts " + percent(mean.irq) + ", CPU " +
                    std::to_string(cpu.cpu) + " the most (" + percent(cpu.total()) +
-                   "); the scheduler counts that time as the thread's own";
+                   "); the scheduler counts that time as the thread's own, and " +
+                   std::string(call_name(id)) + " spent " + times(grew->ratio) +
+                   " its usual time on-CPU (" + human_seconds(secs(grew->excess_ns)) +
+                   " more this window)";
     if (slow && slow_oncpu_s > 0) {
-      c.root_cause += ", so " + std::string(call_name(slow->call_id)) + " took " +
-                      human_ns(slow->duration_ns) + " with " + human_seconds(slow_oncpu_s) +
-                      " of it on-CPU and nothing to wait for";
+      c.root_cause += "; its slowest call took " + human_ns(slow->duration_ns) + " with " +
+                      human_seconds(slow_oncpu_s) + " of it on-CPU and nothing to wait for";
     }
     c.effect = effect_text(st, b);
     c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
