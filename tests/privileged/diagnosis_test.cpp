@@ -6,13 +6,20 @@
 // this test N times and turns those lines into rates (scripts/accuracy.sh, docs/accuracy.md).
 // The host-cause scenarios (memory pressure, slow disk, retransmits, NCCL straggler, wrapped and
 // hostile-named hogs) are in memory_test, io_test, net_test, nccl_test and chains_test.
+// This VM is shared: the hypervisor takes 0-14 % of its CPUs in bursts. Each scenario samples
+// the job's CPU's steal and interrupt time (/proc/stat) while it runs: a cpu_steal chain is
+// right when that time was there (reported as a weather chain, not a false one), and false
+// only when it was not (issue 36).
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include "support/harness.h"
+#include "support/host_env.h"
 
 namespace stallwatch::test {
 namespace {
@@ -42,6 +50,7 @@ std::int64_t now_ns() {
 
 struct Observed {
   std::string kind;
+  std::string peak;  // the chain's highest severity
   int pid = 0;
   int top_pid = 0;  // the heaviest contributor that is not the process itself
   std::int64_t opened_ns = 0, closed_ns = 0;
@@ -51,7 +60,7 @@ struct Observed {
 std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
   const std::string out = capture(
       std::string(STALLWATCH_BIN) + " query --format json --db " + d.db_path() +
-      " \"SELECT kind, pid, contributors, opened_ns, closed_ns FROM chains WHERE cgroup = '" +
+      " \"SELECT kind, peak, pid, contributors, opened_ns, closed_ns FROM chains WHERE cgroup = '" +
       cgroup + "' ORDER BY opened_ns\"");
   std::vector<Observed> v;
   Json rows = Json::parse(out, nullptr, false);
@@ -59,6 +68,7 @@ std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
   for (const auto& r : rows) {
     Observed o;
     o.kind = r.value("kind", "");
+    o.peak = r["peak"].is_string() ? r["peak"].get<std::string>() : "";
     o.pid = r["pid"].is_number() ? r["pid"].get<int>() : 0;
     o.opened_ns = r.value("opened_ns", std::int64_t{0});
     o.closed_ns = r.value("closed_ns", std::int64_t{0});
@@ -77,33 +87,58 @@ std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
   return v;
 }
 
+// The share of the job's CPU that steal + interrupts took in one sampling interval, at least,
+// for a cpu_steal chain to be the weather's (the rule's own threshold, chains/rules/cpu_steal).
+constexpr double kStealChainShare = 0.10;
+
 // One scenario's verdict: asserted, and printed for `make accuracy`.
 struct Verdict {
+  Verdict(std::string name, std::string kind, int culprit, std::int64_t start, std::int64_t end,
+          CpuWeather::Seen seen)
+      : scenario(std::move(name)),
+        expected_kind(std::move(kind)),
+        expected_culprit(culprit),
+        cause_start_ns(start),
+        cause_end_ns(end),
+        weather(seen) {}
+
   std::string scenario;
   std::string expected_kind;  // "" when no chain is the right answer
   int expected_culprit = 0;   // pid the chain must name first; 0: not checked
   std::int64_t cause_start_ns = 0, cause_end_ns = 0;
+  // The weather on the job's CPU during the scenario (CpuWeather::on).
+  CpuWeather::Seen weather{};
+  std::set<std::string> also;  // kinds that are right too (a second cause of the same stall)
+  bool low_ok = false;         // chains that never rose above low are no false chains
 
   void judge(const std::vector<Observed>& chains) const {
     std::set<std::string> kinds;
-    int false_chains = 0;
+    int false_chains = 0, weather_chains = 0;
     const Observed* hit = nullptr;
     for (const auto& c : chains) {
       kinds.insert(c.kind);
       if (c.kind == expected_kind && !hit) {
         hit = &c;
+      } else if (also.count(c.kind) || (low_ok && c.peak == "low")) {
+        continue;
+      } else if (c.kind == "cpu_steal" && weather.max_stolen >= kStealChainShare) {
+        weather_chains++;
       } else {
         false_chains++;
       }
     }
-    const bool kind_ok = expected_kind.empty() ? chains.empty() : hit != nullptr;
+    const bool kind_ok = expected_kind.empty() ? hit == nullptr : hit != nullptr;
     const bool culprit_ok = !hit || expected_culprit == 0 || hit->top_pid == expected_culprit;
     Json line = {{"scenario", scenario},
                  {"expected", expected_kind},
                  {"observed", kinds},
                  {"kind_ok", kind_ok},
                  {"culprit_ok", culprit_ok},
-                 {"false_chains", false_chains}};
+                 {"false_chains", false_chains},
+                 {"weather_chains", weather_chains},
+                 {"steal_max", weather.max_steal},
+                 {"irq_max", weather.max_irq},
+                 {"steal_mean", weather.mean_steal()}};
     if (hit) {
       line["detect_windows"] =
           static_cast<double>(hit->opened_ns - cause_start_ns) / static_cast<double>(kWindowNs);
@@ -122,9 +157,10 @@ struct Verdict {
   }
 };
 
-// A workload pinned to `cpu` in `cg`: `calls` of its --calls SPEC, `iterations` times.
-pid_t start_workload(const TestCgroup& cg, int cpu, const std::string& calls, int iterations,
-                     std::map<std::string, std::string> env, int spacing_us = 0) {
+// A workload pinned to `cpu`, placed by `place`: `calls` of its --calls SPEC, `iterations` times.
+pid_t start_workload_in(const std::function<void(Spawn&)>& place, int cpu,
+                        const std::string& calls, int iterations,
+                        std::map<std::string, std::string> env, int spacing_us = 0) {
   Spawn s;
   s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "300", "--calls", calls,
             "--iterations", std::to_string(iterations)};
@@ -133,9 +169,15 @@ pid_t start_workload(const TestCgroup& cg, int cpu, const std::string& calls, in
     s.argv.push_back(std::to_string(spacing_us));
   }
   s.env = std::move(env);
-  s.cgroup_dir = cg.dir();
+  place(s);
   s.cpu = cpu;
   return spawn(s);
+}
+
+pid_t start_workload(const TestCgroup& cg, int cpu, const std::string& calls, int iterations,
+                     std::map<std::string, std::string> env, int spacing_us = 0) {
+  return start_workload_in([&](Spawn& s) { s.cgroup_dir = cg.dir(); }, cpu, calls, iterations,
+                           std::move(env), spacing_us);
 }
 
 class Diagnosis : public ::testing::Test {
@@ -159,6 +201,7 @@ const std::map<std::string, std::string> kSpinSync = {{"MOCK_CUDA_SYNC_CPU_US", 
 
 // Hogs on another core than the job's: a busy host is not a cause. No chain.
 TEST_F(Diagnosis, HogsOnAnotherCoreAreNoCause) {
+  CpuWeather weather;
   TestCgroup job(unique("other-core-job")), agents(unique("other-core-agents"));
   pid_t hog1 = start_hog("sw-hog-a", 1, agents.dir());
   pid_t hog2 = start_hog("sw-hog-b", 1, agents.dir());
@@ -168,12 +211,13 @@ TEST_F(Diagnosis, HogsOnAnotherCoreAreNoCause) {
   kill_and_reap(hog2);
   ASSERT_EQ(rc, 0);
   settle();
-  Verdict{"hogs on another core", "", 0, 0, 0}.judge(chains_of(*daemon_, job.label()));
+  Verdict{"hogs on another core", "", 0, 0, 0, weather.on(0)}.judge(chains_of(*daemon_, job.label()));
 }
 
 // A busy but healthy host: another cgroup reads the disk (O_DIRECT) and burns a CPU, neither
 // on the job's core. No chain for the job.
 TEST_F(Diagnosis, BusyButHealthyHostIsNoCause) {
+  CpuWeather weather;
   TestCgroup job(unique("busy-host-job")), others(unique("busy-host-others"));
   const std::string path =
       std::string(TEST_SCRATCH_DIR) + "/diagnosis-" + std::to_string(getpid()) + ".dat";
@@ -195,22 +239,24 @@ TEST_F(Diagnosis, BusyButHealthyHostIsNoCause) {
   unlink(path.c_str());
   ASSERT_EQ(rc, 0);
   settle();
-  Verdict{"busy but healthy host", "", 0, 0, 0}.judge(chains_of(*daemon_, job.label()));
+  Verdict{"busy but healthy host", "", 0, 0, 0, weather.on(0)}.judge(chains_of(*daemon_, job.label()));
 }
 
 // A GPU-bound job: each step launches and then sleeps 5 ms in the sync waiting for the GPU.
 // High GPU wait is not a host cause. No chain.
 TEST_F(Diagnosis, GpuBoundHealthyJobIsNoCause) {
+  CpuWeather weather;
   TestCgroup job(unique("gpu-bound"));
   pid_t w = start_workload(job, 0, "cudaLaunchKernel:4,cudaStreamSynchronize:1", 400,
                            {{"MOCK_CUDA_SYNC_SLEEP_US", "5000"}, {"MOCK_CUDA_SYNC_CPU_US", "20"}});
   ASSERT_EQ(wait_exit(w, std::chrono::seconds(60)), 0);
   settle();
-  Verdict{"GPU-bound healthy job", "", 0, 0, 0}.judge(chains_of(*daemon_, job.label()));
+  Verdict{"GPU-bound healthy job", "", 0, 0, 0, weather.on(0)}.judge(chains_of(*daemon_, job.label()));
 }
 
 // Two CUDA jobs pinned to one core: cpu_contention on each, naming the other.
 TEST_F(Diagnosis, TwoJobsOnOneCoreNameEachOther) {
+  CpuWeather weather;
   TestCgroup a(unique("pair-a")), b(unique("pair-b"));
   const std::int64_t start = now_ns();
   pid_t wa = start_workload(a, 0, "cudaStreamSynchronize:1", 1500, kSpinSync);
@@ -222,15 +268,18 @@ TEST_F(Diagnosis, TwoJobsOnOneCoreNameEachOther) {
   ASSERT_EQ(rb, 0);
   settle();
   // The workloads wait 300 ms before their first call.
-  Verdict{"two jobs on one core (a)", "cpu_contention", wb, start + 300'000'000, end}.judge(
+  Verdict{"two jobs on one core (a)", "cpu_contention", wb, start + 300'000'000, end,
+          weather.on(0)}.judge(
       chains_of(*daemon_, a.label()));
-  Verdict{"two jobs on one core (b)", "cpu_contention", wa, start + 300'000'000, end}.judge(
+  Verdict{"two jobs on one core (b)", "cpu_contention", wa, start + 300'000'000, end,
+          weather.on(0)}.judge(
       chains_of(*daemon_, b.label()));
 }
 
 // A caching allocator growing its pool: every 25th cudaMalloc sleeps 30 ms in the driver, no
 // contention. alloc_spike and nothing else.
 TEST_F(Diagnosis, TrueAllocatorGrowthIsAllocSpike) {
+  CpuWeather weather;
   TestCgroup job(unique("alloc-growth"));
   const std::int64_t start = now_ns();
   pid_t w = start_workload(job, 0, "cudaMalloc:1,cudaFree:1,cudaStreamSynchronize:1", 300,
@@ -240,13 +289,14 @@ TEST_F(Diagnosis, TrueAllocatorGrowthIsAllocSpike) {
   ASSERT_EQ(wait_exit(w, std::chrono::seconds(60)), 0);
   const std::int64_t end = now_ns();
   settle();
-  Verdict{"allocator growth", "alloc_spike", 0, start + 300'000'000, end}.judge(
+  Verdict{"allocator growth", "alloc_spike", 0, start + 300'000'000, end, weather.on(0)}.judge(
       chains_of(*daemon_, job.label()));
 }
 
 // CPU hogs on the job's core while it allocates: cudaMalloc is slow because it waits for the
 // CPU inside. cpu_contention naming a hog; no alloc_spike, memcpy_bound or gpu_contention.
 TEST_F(Diagnosis, ContentionAloneIsNoAllocSpike) {
+  CpuWeather weather;
   TestCgroup job(unique("contended-alloc")), agents(unique("contended-agents"));
   const std::int64_t start = now_ns();
   pid_t hog1 = start_hog("sw-hog-c", 0, agents.dir());
@@ -266,8 +316,98 @@ TEST_F(Diagnosis, ContentionAloneIsNoAllocSpike) {
     if (c.kind == "cpu_contention" && (c.top_pid == hog1 || c.top_pid == hog2)) culprit = c.top_pid;
   }
   Verdict{"contention alone (no alloc_spike)", "cpu_contention", culprit ? culprit : hog1,
-          start + 300'000'000, end}
+          start + 300'000'000, end, weather.on(0)}
       .judge(chains);
+}
+
+// Issue 36: the job alone on its core in a cgroup limited to 30 ms per 100 ms (cgroup v1
+// cpu.cfs_quota_us on hybrid hosts, cpu.max on unified ones; what limits.cpu sets). The kernel
+// throttles it: cpu_throttle, and no cpu_contention (nothing else runs there).
+TEST_F(Diagnosis, OwnCpuLimitIsThrottleNotContention) {
+  CpuWeather weather;
+  CpuLimitCgroup job(unique("limited-job"), 30000, 100000);
+  ASSERT_TRUE(job.ok()) << job.error();
+  const std::int64_t start = now_ns();
+  pid_t w = start_workload_in([&](Spawn& s) { job.place(s); }, 0, "cudaStreamSynchronize:1", 500,
+                              kSpinSync);
+  ASSERT_EQ(wait_exit(w, std::chrono::seconds(90)), 0);
+  const std::int64_t end = now_ns();
+  ASSERT_GT(job.throttled_periods(), 5u) << "the kernel never throttled " << job.label();
+  settle();
+  std::cout << "throttled periods " << job.throttled_periods() << " (cgroup "
+            << (job.v1() ? "v1" : "v2") << ")\n";
+  Verdict{"own CPU limit", "cpu_throttle", 0, start + 300'000'000, end, weather.on(0)}.judge(
+      chains_of(*daemon_, job.label()));
+}
+
+// A limit of 25 ms per 100 ms and a tenant on the same core (a fair share would give the job
+// half): both causes, split. cpu_throttle for the limit; cpu_contention for the rest, naming
+// the tenant.
+TEST_F(Diagnosis, LimitAndTenantAreBothNamed) {
+  CpuWeather weather;
+  CpuLimitCgroup job(unique("limited-tenant-job"), 25000, 100000);
+  ASSERT_TRUE(job.ok()) << job.error();
+  TestCgroup agents(unique("limited-tenant-agent"));
+  const std::int64_t start = now_ns();
+  pid_t hog = start_hog("sw-hog-t", 0, agents.dir());
+  pid_t w = start_workload_in([&](Spawn& s) { job.place(s); }, 0, "cudaStreamSynchronize:1", 500,
+                              kSpinSync);
+  const int rc = wait_exit(w, std::chrono::seconds(90));
+  const std::int64_t end = now_ns();
+  kill_and_reap(hog);
+  ASSERT_EQ(rc, 0);
+  settle();
+  const auto chains = chains_of(*daemon_, job.label());
+  Verdict throttle{"limit and tenant (throttle)", "cpu_throttle", 0, start + 300'000'000, end,
+                   weather.on(0)};
+  throttle.also = {"cpu_contention"};
+  throttle.judge(chains);
+  Verdict contention{"limit and tenant (contention)", "cpu_contention", hog, start + 300'000'000,
+                     end, weather.on(0)};
+  contention.also = {"cpu_throttle"};
+  contention.judge(chains);
+}
+
+// A hog in the SCHED_IDLE class, and one at nice 19, on the job's core: the scheduler gives
+// them almost nothing while the job wants the CPU. No chain above low.
+TEST_F(Diagnosis, IdleClassAndNice19HogsAreNoCause) {
+  CpuWeather weather;
+  TestCgroup job(unique("idle-hogs-job")), agents(unique("idle-hogs-agents"));
+  pid_t idle = start_hog("sw-hog-idle", 0, agents.dir());
+  sched_param none{};
+  ASSERT_EQ(sched_setscheduler(idle, SCHED_IDLE, &none), 0);
+  pid_t nice19 = start_hog("sw-hog-nice", 0, agents.dir());
+  ASSERT_EQ(setpriority(PRIO_PROCESS, static_cast<id_t>(nice19), 19), 0);
+  pid_t w = start_workload(job, 0, "cudaStreamSynchronize:1", 1200, kSpinSync);
+  const int rc = wait_exit(w, std::chrono::seconds(90));
+  kill_and_reap(idle);
+  kill_and_reap(nice19);
+  ASSERT_EQ(rc, 0);
+  settle();
+  Verdict v{"SCHED_IDLE and nice 19 hogs", "", 0, 0, 0, weather.on(0)};
+  v.low_ok = true;
+  v.judge(chains_of(*daemon_, job.label()));
+}
+
+// Two agents of unequal weight on the job's core (nice 0 and nice 6: about 3 to 1): the
+// heavier one is named.
+TEST_F(Diagnosis, HeavierOfTwoAgentsIsNamed) {
+  CpuWeather weather;
+  TestCgroup job(unique("unequal-job")), agents(unique("unequal-agents"));
+  const std::int64_t start = now_ns();
+  pid_t heavy = start_hog("sw-hog-heavy", 0, agents.dir());
+  pid_t light = start_hog("sw-hog-light", 0, agents.dir());
+  ASSERT_EQ(setpriority(PRIO_PROCESS, static_cast<id_t>(light), 6), 0);
+  pid_t w = start_workload(job, 0, "cudaStreamSynchronize:1", 600, kSpinSync);
+  const int rc = wait_exit(w, std::chrono::seconds(90));
+  const std::int64_t end = now_ns();
+  kill_and_reap(heavy);
+  kill_and_reap(light);
+  ASSERT_EQ(rc, 0);
+  settle();
+  Verdict{"two agents of unequal weight", "cpu_contention", heavy, start + 300'000'000, end,
+          weather.on(0)}
+      .judge(chains_of(*daemon_, job.label()));
 }
 
 }  // namespace

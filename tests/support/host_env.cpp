@@ -6,6 +6,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -45,8 +48,8 @@ std::uint64_t keyed_value(const std::string& text, const std::string& key) {
 
 std::string cgroup2_root() { return identity::find_cgroup2_mount().value_or(""); }
 
-// The mount point of the cgroup v1 hierarchy that has the memory controller; empty if none.
-std::string v1_memory_mount() {
+// The mount point of the cgroup v1 hierarchy that has `controller`; empty if none.
+std::string v1_mount(const std::string& controller) {
   std::ifstream in("/proc/self/mountinfo");
   std::string line;
   while (std::getline(in, line)) {
@@ -56,7 +59,8 @@ std::string v1_memory_mount() {
     std::istringstream tail(line.substr(dash + 3));
     std::string fstype, source, options;
     tail >> fstype >> source >> options;
-    if (fstype != "cgroup" || ("," + options + ",").find(",memory,") == std::string::npos) {
+    if (fstype != "cgroup" ||
+        ("," + options + ",").find("," + controller + ",") == std::string::npos) {
       continue;
     }
     std::istringstream head(line.substr(0, dash));
@@ -67,18 +71,22 @@ std::string v1_memory_mount() {
   return "";
 }
 
-// This process's cgroup in the v1 memory hierarchy ("/" when at the root).
-std::string own_v1_memory_cgroup() {
+std::string v1_memory_mount() { return v1_mount("memory"); }
+
+// This process's cgroup in the v1 hierarchy of `controller` ("/" when at the root).
+std::string own_v1_cgroup(const std::string& controller) {
   std::ifstream in("/proc/self/cgroup");
   std::string line;
   while (std::getline(in, line)) {
     size_t a = line.find(':'), b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
     std::string controllers = "," + line.substr(a + 1, b - a - 1) + ",";
-    if (controllers.find(",memory,") != std::string::npos) return line.substr(b + 1);
+    if (controllers.find("," + controller + ",") != std::string::npos) return line.substr(b + 1);
   }
   return "/";
 }
+
+std::string own_v1_memory_cgroup() { return own_v1_cgroup("memory"); }
 
 }  // namespace
 
@@ -283,6 +291,134 @@ std::uint64_t NetnsPair::dropped_packets() const {
   std::smatch m;
   static const std::regex re("counter packets ([0-9]+)");
   return std::regex_search(out, m, re) ? std::stoull(m[1]) : 0;
+}
+
+}  // namespace stallwatch::test
+
+namespace stallwatch::test {
+
+CpuLimitCgroup::CpuLimitCgroup(const std::string& name, std::uint64_t quota_us,
+                               std::uint64_t period_us)
+    : v2_(name) {
+  const std::string root = cgroup2_root();
+  if (read_file(root + "/cgroup.controllers").find("cpu") != std::string::npos &&
+      v1_mount("cpu").empty()) {
+    std::string d = root;
+    write_file(d + "/cgroup.subtree_control", "+cpu");
+    std::istringstream parts(
+        name.substr(0, name.rfind('/') == std::string::npos ? 0 : name.rfind('/')));
+    std::string part;
+    while (std::getline(parts, part, '/')) {
+      if (part.empty()) continue;
+      d += "/" + part;
+      write_file(d + "/cgroup.subtree_control", "+cpu");
+    }
+    cpu_dir_ = dir();
+    if (!write_file(cpu_dir_ + "/cpu.max",
+                    std::to_string(quota_us) + " " + std::to_string(period_us))) {
+      error_ = "cannot write " + cpu_dir_ + "/cpu.max";
+    }
+    return;
+  }
+  const std::string mount = v1_mount("cpu");
+  if (mount.empty()) {
+    error_ = "no cpu controller: neither cgroup v2 (cgroup.controllers) nor a v1 hierarchy";
+    return;
+  }
+  v1_ = true;
+  std::string base = mount + own_v1_cgroup("cpu");
+  if (base.back() == '/') base.pop_back();
+  std::istringstream parts(name);
+  std::string part, d = base;
+  while (std::getline(parts, part, '/')) {
+    d += "/" + part;
+    if (mkdir(d.c_str(), 0755) == 0) created_.push_back(d);
+  }
+  cpu_dir_ = d;
+  if (!write_file(d + "/cpu.cfs_period_us", std::to_string(period_us)) ||
+      !write_file(d + "/cpu.cfs_quota_us", std::to_string(quota_us))) {
+    error_ = "cannot write " + d + "/cpu.cfs_quota_us";
+  }
+}
+
+CpuLimitCgroup::~CpuLimitCgroup() {
+  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
+    poll_until([&] { return rmdir(it->c_str()) == 0 || errno == ENOENT; }, std::chrono::seconds(5),
+               std::chrono::milliseconds(20));
+  }
+}
+
+void CpuLimitCgroup::place(Spawn& s) const {
+  s.cgroup_dir = dir();
+  if (v1_) s.extra_cgroup_dirs.push_back(cpu_dir_);
+}
+
+std::uint64_t CpuLimitCgroup::throttled_periods() const {
+  return keyed_value(read_file(cpu_dir_ + "/cpu.stat"), "nr_throttled");
+}
+
+namespace {
+
+// Per CPU: total, steal and irq + softirq ticks of /proc/stat.
+std::map<int, std::array<std::uint64_t, 3>> cpu_ticks() {
+  std::map<int, std::array<std::uint64_t, 3>> out;
+  std::istringstream in(read_file("/proc/stat"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu", 0) != 0 || line.size() < 4 || !isdigit(line[3])) continue;
+    std::istringstream f(line.substr(3));
+    int cpu = 0;
+    std::uint64_t v[10] = {};
+    f >> cpu;
+    for (auto& x : v) f >> x;
+    std::uint64_t total = 0;
+    for (int i = 0; i < 8; i++) total += v[i];  // guest time is inside user and nice
+    out[cpu] = {total, v[7], v[5] + v[6]};
+  }
+  return out;
+}
+
+}  // namespace
+
+CpuWeather::CpuWeather(std::chrono::milliseconds every) : every_(every) {
+  thread_ = std::thread([this] {
+    auto before = cpu_ticks();
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, every_, [this] { return stop_; })) {
+      auto now = cpu_ticks();
+      for (const auto& [cpu, t] : now) {
+        auto b = before.find(cpu);
+        if (b == before.end() || t[0] <= b->second[0]) continue;
+        const double total = static_cast<double>(t[0] - b->second[0]);
+        Seen& s = seen_[cpu];
+        s.max_steal = std::max(s.max_steal, static_cast<double>(t[1] - b->second[1]) / total);
+        s.max_irq = std::max(s.max_irq, static_cast<double>(t[2] - b->second[2]) / total);
+        s.max_stolen = std::max(
+            s.max_stolen, static_cast<double>(t[1] - b->second[1] + t[2] - b->second[2]) / total);
+        s.steal_ticks += t[1] - b->second[1];
+        s.irq_ticks += t[2] - b->second[2];
+        s.ticks += t[0] - b->second[0];
+      }
+      before = std::move(now);
+    }
+  });
+}
+
+CpuWeather::~CpuWeather() { stop(); }
+
+void CpuWeather::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+CpuWeather::Seen CpuWeather::on(int cpu) const {
+  std::lock_guard lock(mu_);
+  auto it = seen_.find(cpu);
+  return it == seen_.end() ? Seen{} : it->second;
 }
 
 }  // namespace stallwatch::test

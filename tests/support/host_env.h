@@ -7,8 +7,14 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/harness.h"
@@ -81,6 +87,64 @@ class NetnsPair {
   bool ip(const std::vector<std::string>& args);
   std::string ns_a_, ns_b_, addr_a_, addr_b_, addr6_a_, addr6_b_, error_;
   bool created_a_ = false, created_b_ = false;
+};
+
+// A cgroup whose CPU time is limited (CFS bandwidth): `quota_us` per `period_us`, as
+// Kubernetes limits.cpu sets it. The `cgroup` label is the cgroup v2 directory; the limit sits on
+// it where cgroup v2 has the cpu controller (cpu.max), else on a cgroup v1 cpu cgroup of the
+// same name below the test's own (cpu.cfs_quota_us; hybrid hosts). place() puts a Spawn in both.
+class CpuLimitCgroup {
+ public:
+  CpuLimitCgroup(const std::string& name, std::uint64_t quota_us, std::uint64_t period_us);
+  ~CpuLimitCgroup();
+  CpuLimitCgroup(const CpuLimitCgroup&) = delete;
+  CpuLimitCgroup& operator=(const CpuLimitCgroup&) = delete;
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  const std::string& label() const { return v2_.label(); }
+  const std::string& dir() const { return v2_.dir(); }
+  bool v1() const { return v1_; }
+  void place(Spawn& s) const;
+  std::uint64_t throttled_periods() const;  // cpu.stat nr_throttled, as the kernel counts it
+
+ private:
+  TestCgroup v2_;
+  bool v1_ = false;
+  std::string cpu_dir_;
+  std::vector<std::string> created_;
+  std::string error_;
+};
+
+// The VM's weather while it lives: per CPU, the time the hypervisor (steal) and interrupts
+// (irq + softirq) took, sampled from /proc/stat every `every` by a thread of its own. The
+// diagnosis scenarios judge a cpu_steal chain with it: right when steal or interrupts were
+// there, never counted false for the weather. Thread-safe.
+class CpuWeather {
+ public:
+  explicit CpuWeather(std::chrono::milliseconds every = std::chrono::milliseconds(500));
+  ~CpuWeather();
+  CpuWeather(const CpuWeather&) = delete;
+  CpuWeather& operator=(const CpuWeather&) = delete;
+  void stop();
+
+  struct Seen {
+    double max_steal = 0;  // the largest share of one sample interval
+    double max_irq = 0;
+    double max_stolen = 0;  // steal + interrupts, the largest share of one interval
+    std::uint64_t steal_ticks = 0, irq_ticks = 0, ticks = 0;
+    double mean_steal() const { return ticks ? static_cast<double>(steal_ticks) / ticks : 0; }
+    double mean_irq() const { return ticks ? static_cast<double>(irq_ticks) / ticks : 0; }
+  };
+  Seen on(int cpu) const;
+
+ private:
+  std::chrono::milliseconds every_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::map<int, Seen> seen_;
+  std::thread thread_;
 };
 
 }  // namespace stallwatch::test
