@@ -102,6 +102,14 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
     ctx.cpu_busy = 0.35;
     ctx.mem_used = 0.62;
     ctx.cpu_stolen = snap->cpu_stolen;
+    ctx.cpu_steal = ctx.cpu_irq = -1;  // known only in the windows the story sets it
+    if (!ctx.cpu_stolen.empty()) {
+      ctx.cpu_steal = ctx.cpu_irq = 0;
+      for (const auto& c : ctx.cpu_stolen) {
+        ctx.cpu_steal += c.steal / static_cast<double>(ctx.cpu_stolen.size());
+        ctx.cpu_irq += c.irq / static_cast<double>(ctx.cpu_stolen.size());
+      }
+    }
     ctx.load1 = 3.1;
     for (const auto& c : pipeline.engine().open_chains()) {
       if (c.kind == chains::Kind::kCpuContention) {

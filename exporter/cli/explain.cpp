@@ -137,7 +137,9 @@ std::string render_explain_json(const Report& r) {
                {"load1", num_or_null(round4(h.load1), h.load1 >= 0)},
                {"cpus", h.cpus > 0 ? Json(h.cpus) : Json(nullptr)},
                {"swap_used_bytes",
-                num_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0)}};
+                num_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0)},
+               {"cpu_steal", num_or_null(round4(h.cpu_steal), h.cpu_steal >= 0)},
+               {"cpu_irq", num_or_null(round4(h.cpu_irq), h.cpu_irq >= 0)}};
   Json& chains = o["chains"] = Json::array();
   for (const auto& c : r.chains) chains.push_back(json_chain(c));
   Json& traced = o["traced"] = Json::array();

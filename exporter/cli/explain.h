@@ -32,7 +32,7 @@ extern const char* const kExplainUsage;
 // One JSON object, no trailing newline:
 // {"period":{"since","until","seconds"},"cgroup":str|null,
 //  "host":{"hostname","windows","newest_data","cpu_busy","mem_used","load1","cpus",
-//          "swap_used_bytes"},
+//          "swap_used_bytes","cpu_steal","cpu_irq"},
 //  "chains":[{"id","kind","severity","peak","open","cgroup","container_id","pod_uid","pid",
 //             "comm","call","api","p50_s","p99_s","baseline_p50_s","baseline_p99_s","ratio",
 //             "opened","updated","closed","windows","summary","root_cause","effect",

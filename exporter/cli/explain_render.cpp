@@ -370,7 +370,9 @@ std::string render_explain_text(const Report& r) {
          or_na(h.mem_used, percent(h.mem_used)) + " | Load " +
          or_na(h.load1, fmt("%.1f", h.load1)) +
          (h.cpus > 0 ? " (" + std::to_string(h.cpus) + " cores)" : "") + " | Swap " +
-         or_na(h.swap_used_bytes, human_bytes(h.swap_used_bytes)) + "  (mean of " +
+         or_na(h.swap_used_bytes, human_bytes(h.swap_used_bytes)) +
+         (h.cpu_steal >= 0 ? " | Steal " + percent(h.cpu_steal) : "") +
+         (h.cpu_irq >= 0 ? " | IRQ " + percent(h.cpu_irq) : "") + "  (mean of " +
          thousands(h.windows) + (h.windows == 1 ? " window)\n\n" : " windows)\n\n");
 
   if (r.chains.empty()) {

@@ -268,10 +268,10 @@ Scenario cpu_throttle() {
                         h.preempted_by(pid, 88, "kworker/0:1", "/", share_of(0.01, w),
                                        per_window(12, w), 2, /*kernel_thread=*/true);
                       }});
-  s.phases.push_back({"limits.cpu is dropped (the request stays): back to calm", 4,
+  s.phases.push_back({"limits.cpu is raised to 8 CPUs (the request stays at 2): back to calm", 4,
                       [pid](SyntheticHost& h, int, std::int64_t, std::int64_t w) {
                         train(h, pid, w, calm());
-                        h.cpu_limit(kTrainPod, 2.0, per_window(10, w), 0, 0);
+                        h.cpu_limit(kTrainPod, 8.0, per_window(10, w), 0, 0);
                       }});
   return s;
 }

@@ -53,6 +53,15 @@ HostContext HostSampler::sample() {
                                        static_cast<double>(now.irq - b.irq) / dt});
     }
     cpus_ = std::move(cpus);
+    if (!h.cpu_stolen.empty()) {
+      h.cpu_steal = h.cpu_irq = 0;
+      for (const auto& c : h.cpu_stolen) {
+        h.cpu_steal += c.steal;
+        h.cpu_irq += c.irq;
+      }
+      h.cpu_steal /= static_cast<double>(h.cpu_stolen.size());
+      h.cpu_irq /= static_cast<double>(h.cpu_stolen.size());
+    }
   }
   {
     std::istringstream in(Procfs::read_bounded(fs_.proc_root() + "/meminfo", 1 << 16));

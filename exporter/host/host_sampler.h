@@ -28,6 +28,9 @@ struct HostContext {
   int cpus = 0;
   std::int64_t swap_used_bytes = -1;
   std::vector<CpuStolen> cpu_stolen;  // per online CPU; empty on the first sample
+  // The means of cpu_stolen over the online CPUs: the VM's weather, context for explain.
+  double cpu_steal = -1;
+  double cpu_irq = -1;
 };
 
 class HostSampler {

@@ -117,7 +117,9 @@ Result<Ok> load_host(sqlite3* db, const ReportQuery& q, HostSummary& h) {
       db,
       "SELECT count(*), min(ts_ns), max(ts_ns), avg(CASE WHEN cpu_busy >= 0 THEN cpu_busy END), "
       "avg(CASE WHEN mem_used >= 0 THEN mem_used END), avg(CASE WHEN load1 >= 0 THEN load1 END), "
-      "max(cpus), avg(CASE WHEN swap_used_bytes >= 0 THEN swap_used_bytes END) "
+      "max(cpus), avg(CASE WHEN swap_used_bytes >= 0 THEN swap_used_bytes END), "
+      "avg(CASE WHEN cpu_steal >= 0 THEN cpu_steal END), "
+      "avg(CASE WHEN cpu_irq >= 0 THEN cpu_irq END) "
       "FROM windows WHERE ts_ns > ?1 AND ts_ns <= ?2",
       q, "");
   if (!st) return st.error();
@@ -130,6 +132,8 @@ Result<Ok> load_host(sqlite3* db, const ReportQuery& q, HostSummary& h) {
   h.load1 = null_or(*st, 5, -1);
   h.cpus = static_cast<int>(st->int64(6));
   h.swap_used_bytes = null_or(*st, 7, -1);
+  h.cpu_steal = null_or(*st, 8, -1);
+  h.cpu_irq = null_or(*st, 9, -1);
   auto newest = Stmt::prepare(db, "SELECT max(ts_ns) FROM windows");
   if (!newest) return newest.error();
   if (newest->step() != SQLITE_ROW) return make_error(db_error(db));

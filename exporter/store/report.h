@@ -74,6 +74,8 @@ struct HostSummary {
   double load1 = -1;
   int cpus = 0;  // 0 unknown
   double swap_used_bytes = -1;
+  double cpu_steal = -1;  // 0..1, mean over the CPUs, -1 unknown
+  double cpu_irq = -1;
 };
 
 // A chain row as stored; kind and severities stay strings so that a newer daemon's kinds

@@ -126,6 +126,12 @@ CREATE TABLE outlier_sites(
   frames TEXT NOT NULL);
 CREATE INDEX outlier_sites_ts ON outlier_sites(ts_ns);
 )sql",
+    // 8 → 9: the VM's weather per window (issue 36): the mean share of the CPUs' time taken by
+    // the hypervisor (steal) and by interrupts. Context for explain, not a cause by itself.
+    R"sql(
+ALTER TABLE windows ADD COLUMN cpu_steal REAL;
+ALTER TABLE windows ADD COLUMN cpu_irq REAL;
+)sql",
 };
 
 }  // namespace

@@ -11,10 +11,12 @@ namespace stallwatch::store {
 namespace {
 
 constexpr const char* kWindowSql =
-    "INSERT INTO windows(ts_ns, window_ns, cpu_busy, mem_used, load1, cpus, swap_used_bytes) "
-    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(ts_ns) DO UPDATE SET "
-    "window_ns = excluded.window_ns, cpu_busy = excluded.cpu_busy, mem_used = excluded.mem_used, "
-    "load1 = excluded.load1, cpus = excluded.cpus, swap_used_bytes = excluded.swap_used_bytes";
+    "INSERT INTO windows(ts_ns, window_ns, cpu_busy, mem_used, load1, cpus, swap_used_bytes, "
+    "cpu_steal, cpu_irq) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(ts_ns) DO UPDATE "
+    "SET window_ns = excluded.window_ns, cpu_busy = excluded.cpu_busy, "
+    "mem_used = excluded.mem_used, load1 = excluded.load1, cpus = excluded.cpus, "
+    "swap_used_bytes = excluded.swap_used_bytes, cpu_steal = excluded.cpu_steal, "
+    "cpu_irq = excluded.cpu_irq";
 
 constexpr const char* kCgroupSql =
     "INSERT INTO cgroups(path, container_id, pod_uid, runtime, qos, systemd_unit, slurm_job, "
@@ -240,6 +242,8 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
   } else {
     windows_.bind_null(7);
   }
+  bind_known(windows_, 8, h.cpu_steal, h.cpu_steal >= 0);
+  bind_known(windows_, 9, h.cpu_irq, h.cpu_irq >= 0);
   if (auto r = done(windows_); !r) return r;
 
   for (const auto& id : b.cgroups) {
