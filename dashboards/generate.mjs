@@ -517,10 +517,18 @@ function workload() {
   p.push(timeseries('Share of CUDA call time in graph builds', 'Time in the capture, instantiate and update calls over the time in all traced calls of the workload. The graph_recapture chain rates each process by the same share once its graphs keep being rebuilt after warm-up: low from 5 %, medium from 10 %, high from 25 %.',
     [[`sum(${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILD_CALLS}"`))}) / sum(${wl(hsum('stallwatch_cuda_call_duration_seconds'))})`, 'graph builds']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
 
+  p.push(row('CPU: the workload\'s own CPU limit'));
+  p.push(timeseries('CPU limit', 'stallwatch_cgroup_cpu_limit_cores: the tightest CFS bandwidth limit (Kubernetes limits.cpu, systemd CPUQuota=, docker --cpus) over the workload\'s cgroup and its ancestors, in CPUs (quota / period). Only workloads with a limit have the series.',
+    [[`min(${wl(`stallwatch_cgroup_cpu_limit_cores${sel()}`)})`, 'limit (CPUs)']], { w: 8, min: 0 }));
+  p.push(timeseries('Throttled periods', 'rate(stallwatch_cgroup_cpu_throttled_periods_total) / rate(stallwatch_cgroup_cpu_periods_total): share of the enforcement periods (100 ms by default) with runnable tasks in which the limit ran out and the kernel stopped the workload until the next period (cpu.stat nr_throttled / nr_periods, limited levels summed).',
+    [[`sum(${wl(`rate(stallwatch_cgroup_cpu_throttled_periods_total${sel()}[${RI}])`)}) / sum(${wl(`rate(stallwatch_cgroup_cpu_periods_total${sel()}[${RI}])`)})`, 'throttled periods']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+  p.push(timeseries('Throttled time', 'rate(stallwatch_cgroup_cpu_throttled_seconds_total): seconds per second the workload was held throttled by its own CPU limit, summed over CPUs and limited levels (cpu.stat throttled_usec / throttled_time). The cpu_throttle chain opens when this wait shows inside the CUDA calls (docs/chains.md#cpu_throttle).',
+    [[`sum(${wl(`rate(stallwatch_cgroup_cpu_throttled_seconds_total${sel()}[${RI}])`)})`, 'throttled']], { unit: 's', w: 8, min: 0 }));
+
   return dashboard({
     uid: 'stallwatch-workload',
     title: 'Workload drill-down',
-    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, GPU memory held and CUDA Graph builds, and its chains.',
+    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, GPU memory held, CUDA Graph builds and CPU-limit throttling, and its chains.',
     tags: ['workload'],
     panels: p,
     extraVars: [

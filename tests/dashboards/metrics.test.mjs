@@ -33,6 +33,9 @@ const SCENARIOS = [
   ['cuda-oom', ['--hold'], 'stallwatch_cuda_memory_alloc_failures_total', false],
   // Per-CPU steal exists only in the story's steal phase: fast windows, scraped as they pass.
   ['cpu-steal', ['--window', '200ms'], 'stallwatch_cpu_stolen_ratio', false],
+  // The CPU-limit families exist while the pod has its limit (every phase of the story): held
+  // at the throttling.
+  ['cpu-throttle', ['--hold'], 'stallwatch_cgroup_cpu_throttled_seconds_total', false],
 ];
 
 // { sampleName: Set(label names) } of one exposition.
