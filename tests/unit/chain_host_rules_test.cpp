@@ -259,6 +259,37 @@ TEST(MemoryPressureRule, ReclaimBelowThresholdsStaysSilent) {
   EXPECT_TRUE(d.engine.counts().empty());
 }
 
+// Issue 36, effect first: a DataLoader's cgroup-mate reclaims 30 % of the window and PSI says
+// 40 %, but the CUDA thread neither reclaims nor waits, and its calls keep their latency. The
+// reclaim and pressure families show it; no chain.
+TEST(MemoryPressureRule, ReclaimThatSlowsNothingIsNoChain) {
+  Driver d;
+  for (int i = 0; i < 3; i++) {
+    d.step(calm_and([](demo::SyntheticHost& h, std::int64_t) {
+      h.pressure(kCg, PressureTotals{true, 0, 0, 0, 0, 0, 0});
+    }));
+  }
+  for (int i = 0; i < 8; i++) {
+    d.step(calm_and([](demo::SyntheticHost& h, std::int64_t) {
+      h.reclaim(kCg, 0, part(0.30), 0, 900);
+      h.pressure(kCg, PressureTotals{true, 0, 0, part(0.40), part(0.1), 0, 0});
+    }));
+  }
+  EXPECT_TRUE(d.all.empty()) << d.all[0].summary;
+  // The same reclaim with syncs at 3x their usual time: a chain, with the slowdown as evidence.
+  for (int i = 0; i < 2; i++) {
+    Load slow = calm();
+    slow.sync_ns = 21000;
+    d.step(calm_and([](demo::SyntheticHost& h, std::int64_t) {
+      h.reclaim(kCg, 0, part(0.30), 0, 900);
+      h.pressure(kCg, PressureTotals{true, 0, 0, part(0.40), part(0.1), 0, 0});
+    }, slow));
+  }
+  const auto c = of_kind(d.all, Kind::kMemoryPressure);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_GE(c[0].evidence_value("call_slowdown"), 1.5);
+}
+
 TEST(MemoryPressureRule, ReclaimOpensMediumAndTheCudaThreadsShareRaisesIt) {
   Driver d;
   for (int i = 0; i < 3; i++) d.step(with(calm()));
@@ -302,9 +333,13 @@ TEST(MemoryPressureRule, PsiAloneOpensAndDirectReclaimSaysTheNodeRanShort) {
       h.pressure(kCg, PressureTotals{true, 0, 0, 0, 0, 0, 0});
     }));
   }
+  // The effect: the GPU starves (the CUDA thread blocked outside its calls) while the
+  // workload stalls on memory.
+  Load starving = calm();
+  starving.thread_blocked = 0.3;
   Fill psi = calm_and([](demo::SyntheticHost& h, std::int64_t) {
     h.pressure(kCg, PressureTotals{true, 0, 0, part(0.12), part(0.02), 0, 0});
-  });
+  }, starving);
   d.step(psi);
   auto c = d.step(psi);
   ASSERT_EQ(c.size(), 1u);
@@ -316,7 +351,7 @@ TEST(MemoryPressureRule, PsiAloneOpensAndDirectReclaimSaysTheNodeRanShort) {
   Driver e;
   for (int i = 0; i < 3; i++) e.step(with(calm()));
   Fill direct = calm_and([](demo::SyntheticHost& h, std::int64_t) {
-    h.reclaim(kCg, part(0.08), 0, 0, 50);
+    h.reclaim(kCg, part(0.08), 0, part(0.01), 50);  // the CUDA thread reclaims 1 % itself
   });
   e.step(direct);
   auto f = e.step(direct);
@@ -389,7 +424,7 @@ TEST(MemoryPressureRule, ChainAboutTheCgroupFreezesItsProcessesBaselines) {
   const size_t n = d.engine.baseline(kCg, kPid, sync)->p99.size();
   for (int i = 0; i < 6; i++) {
     d.step(calm_and([](demo::SyntheticHost& h, std::int64_t) {
-      h.reclaim(kCg, 0, part(0.3), 0, 100);
+      h.reclaim(kCg, 0, part(0.3), part(0.02), 100);  // the CUDA thread reclaims too: an effect
     }));
   }
   ASSERT_EQ(d.engine.open_chains().size(), 1u);

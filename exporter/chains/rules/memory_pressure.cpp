@@ -21,7 +21,31 @@ struct Thresholds {
   double psi_high_share = 0.40;
   double cuda_reclaim_share = 0.05;
   int oom_hold_windows = 6;
+  // The effect reclaim must have had for a chain (an OOM kill is one by itself): the
+  // CUDA-issuing threads reclaimed at least this share of the window themselves, or the GPU
+  // starved (CUDA threads blocked outside calls) this share of it, or a call of a CUDA process
+  // took this many times its baseline's mean.
+  double effect_cuda_share = 0.005;
+  double effect_starvation = 0.10;
+  double effect_slowdown = 1.5;
 };
+
+// The slowest call of the series' CUDA processes against its baseline this window: the ratio
+// of its mean to the baseline's median mean, 0 when no call has a known baseline.
+double worst_slowdown(const WindowContext& ctx, const std::string& cgroup) {
+  double worst = 0;
+  for (const ProcessWindow* p : ctx.cuda_processes(cgroup)) {
+    for (const auto& [id, t] : p->calls) {
+      if (t.count < ctx.options.thresholds.min_calls) continue;
+      const Baseline* b = ctx.baseline(*p, id);
+      const double usual = b ? b->median_mean() : 0;
+      if (usual <= 0) continue;
+      const double mean = static_cast<double>(t.sum_ns) / 1e9 / static_cast<double>(t.count);
+      worst = std::max(worst, mean / usual);
+    }
+  }
+  return worst;
+}
 
 constexpr size_t kMaxVictims = 16;
 
@@ -99,6 +123,13 @@ class MemoryPressure : public Rule {
     const double psi_share =
         s.pressure.known ? share(static_cast<double>(s.pressure.memory_some_ns), window) : 0;
     bool fires = reclaim_share >= th_.reclaim_share || psi_share >= th_.psi_share;
+    // Effect first: reclaim or PSI that slowed nothing of the job is context (the reclaim and
+    // pressure families on /metrics), not a chain.
+    const double slowdown = fires ? worst_slowdown(ctx, s.cgroup) : 0;
+    const bool effect = cuda_share >= th_.effect_cuda_share ||
+                        s.starvation_ratio >= th_.effect_starvation ||
+                        slowdown >= th_.effect_slowdown;
+    fires = fires && effect;
     Severity sev = Severity::kLow;
     if (fires) {
       sev = std::max(kind_info(kind()).cutoffs.of(reclaim_share),
@@ -135,7 +166,9 @@ class MemoryPressure : public Rule {
           {"direct_reclaim_s", secs(s.reclaim.direct_ns)},
           {"reclaims", static_cast<double>(s.reclaim.memcg_count + s.reclaim.direct_count)},
           {"cuda_reclaim_s", secs(s.reclaim.cuda_ns)},
-          {"cuda_reclaim_share", cuda_share}};
+          {"cuda_reclaim_share", cuda_share},
+          {"starvation_share", s.starvation_ratio},
+          {"call_slowdown", slowdown}};
       if (s.pressure.known) c.evidence.emplace_back("psi_memory_some_share", psi_share);
     }
     if (oom) {
@@ -177,6 +210,13 @@ class MemoryPressure : public Rule {
           "while reclaiming, the tasks that feed the GPU stall; the CUDA-issuing threads "
           "lost " +
           percent(cuda_share) + " of the window to reclaim";
+      if (s.starvation_ratio >= th_.effect_starvation) {
+        c.effect += ", and the GPU starved " + percent(s.starvation_ratio) +
+                    " of it waiting for them";
+      }
+      if (slowdown >= th_.effect_slowdown) {
+        c.effect += "; the slowest call took " + times(slowdown) + " its usual time";
+      }
     }
     if (oom) {
       c.summary = summary_of(
