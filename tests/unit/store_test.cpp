@@ -142,7 +142,9 @@ WindowBatch batch(std::int64_t end_ns, int pid = 4242,
             .load1 = 12.5,
             .cpus = 16,
             .swap_used_bytes = 0,
-            .cpu_stolen = {}};
+            .cpu_stolen = {},
+            .cpu_steal = 0.03,
+            .cpu_irq = 0.01};
   identity::Identity id;
   id.cgroup = cgroup;
   id.pod_uid = "1a2b";
@@ -231,7 +233,7 @@ TEST(StoreTest, WritesBatchAsExactRows) {
   auto db = open_plain(path);
   const std::string t = std::to_string(ts);
   EXPECT_EQ(rows(db.get(), "SELECT * FROM windows"),
-            std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0"});
+            std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0|0.03|0.01"});
   EXPECT_EQ(rows(db.get(), "SELECT * FROM cgroups"),
             std::vector<std::string>{
                 "/kubepods.slice/pod1|NULL|1a2b|NULL|burstable|NULL|NULL|NULL|" + t + "|" + t +
@@ -306,8 +308,9 @@ TEST(StoreTest, UnknownValuesAreNull) {
     store->enqueue(b);
   }  // the destructor writes what is queued
   auto db = open_plain(path);
-  EXPECT_EQ(rows(db.get(), "SELECT cpu_busy, mem_used, load1, cpus, swap_used_bytes FROM windows"),
-            std::vector<std::string>{"NULL|NULL|NULL|NULL|NULL"});
+  EXPECT_EQ(rows(db.get(), "SELECT cpu_busy, mem_used, load1, cpus, swap_used_bytes, cpu_steal, "
+                           "cpu_irq FROM windows"),
+            std::vector<std::string>{"NULL|NULL|NULL|NULL|NULL|NULL|NULL"});
   EXPECT_EQ(rows(db.get(),
                  "SELECT pid, comm, pod_uid, baseline_p50_s, baseline_p99_s, ratio, "
                  "contributors, evidence FROM chains"),
