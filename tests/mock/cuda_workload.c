@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,7 +30,7 @@ static const char kUsage[] =
     "                     [--calls SPEC] [--iterations N] [--threads T] [--start-delay-ms D]\n"
     "                     [--ready-fd FD] [--go-fd FD] [--spacing-us U] [--wait-fd FD]\n"
     "                     [--touch-kb K] [--leak-kb K] [--leak-comms C]\n"
-    "                     [--alloc-bytes B] [--warmup-calls SPEC] [--exit-fd FD]\n"
+    "                     [--alloc-bytes B] [--warmup-calls SPEC] [--exit-fd FD] [--workers W]\n"
     "Loads CUDA libraries with dlopen and calls them through dlsym'd pointers.\n"
     "  --cudart PATH        libcudart to load (required)\n"
     "  --cuda PATH          libcuda to load as well (needed for cu* names)\n"
@@ -67,6 +69,9 @@ static const char kUsage[] =
     "                       cuMemCreate (default 1024); the pitched and 3D calls always ask\n"
     "                       for rows of 1000 bytes, 8 rows (a 512-byte pitch: 8192 bytes)\n"
     "  --warmup-calls SPEC  each thread makes these calls once before its loop\n"
+    "  --workers W          before the first call, fork W children named pt_data_worker that\n"
+    "                       spin on the CPU until the calls are done (a DataLoader's\n"
+    "                       workers: children of the CUDA process, on its CPUs)\n"
     "  --exit-fd FD         after the last call, block until one byte (or end of file) is\n"
     "                       read from FD, then exit without freeing what is still live\n"
     "A free releases the thread's newest live allocation of its family (runtime device,\n"
@@ -626,6 +631,7 @@ int main(int argc, char** argv) {
   unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
   unsigned long touch_kb = 0, leak_kb = 0, leak_comms = 0, escape_first_sync = 0;
   long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1, exit_fd = -1;
+  unsigned long workers = 0;
   const char* warmup_arg = NULL;
 
   static const struct option kOptions[] = {
@@ -649,6 +655,7 @@ int main(int argc, char** argv) {
       {"alloc-bytes", required_argument, NULL, 'B'},
       {"warmup-calls", required_argument, NULL, 'w'},
       {"exit-fd", required_argument, NULL, 'X'},
+      {"workers", required_argument, NULL, 'K'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -714,6 +721,9 @@ int main(int argc, char** argv) {
         break;
       case 'X':
         exit_fd = (long)parse_number(optarg, 1 << 20, "--exit-fd");
+        break;
+      case 'K':
+        workers = parse_number(optarg, 64, "--workers");
         break;
       case 'h':
         fputs(kUsage, stdout);
@@ -782,6 +792,21 @@ int main(int argc, char** argv) {
   if (rank >= 0 && nccl_init_rank(nccl, (int)rank, (int)nranks) != 0) return 1;
   if (leak_comms > 0 && nccl_leak_comms(nccl, leak_comms, (int)rank, (int)nranks) != 0) return 1;
 
+  pid_t worker_pids[64];
+  for (unsigned long w = 0; w < workers; ++w) {
+    worker_pids[w] = fork();
+    if (worker_pids[w] < 0) {
+      perror("cuda_workload: fork");
+      return 1;
+    }
+    if (worker_pids[w] == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      prctl(PR_SET_NAME, "pt_data_worker");
+      for (volatile unsigned long spin = 0;; spin++) {
+      }
+    }
+  }
+
   pthread_t* tids = calloc(threads, sizeof(*tids));
   if (tids == NULL) {
     perror("cuda_workload: calloc");
@@ -796,6 +821,10 @@ int main(int argc, char** argv) {
     }
   }
   for (unsigned long i = 0; i < threads; ++i) pthread_join(tids[i], NULL);
+  for (unsigned long w = 0; w < workers; ++w) {
+    kill(worker_pids[w], SIGKILL);
+    waitpid(worker_pids[w], NULL, 0);
+  }
   if (nccl != NULL && nccl_destroy(nccl) != 0) ++calls_failed;
 
   if (calls_failed != 0) {

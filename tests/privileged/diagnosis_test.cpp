@@ -53,6 +53,7 @@ struct Observed {
   std::string peak;  // the chain's highest severity
   int pid = 0;
   int top_pid = 0;  // the heaviest contributor that is not the process itself
+  std::string top_role;
   std::int64_t opened_ns = 0, closed_ns = 0;
 };
 
@@ -78,6 +79,7 @@ std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
         const int pid = k.value("pid", 0);
         if (pid != o.pid && k.value("role", "") != "preemptor, kernel thread") {
           o.top_pid = pid;
+          o.top_role = k.value("role", "");
           break;
         }
       }
@@ -105,6 +107,7 @@ struct Verdict {
   std::string scenario;
   std::string expected_kind;  // "" when no chain is the right answer
   int expected_culprit = 0;   // pid the chain must name first; 0: not checked
+  std::string expected_role;  // the role the chain's culprit must have; "": not checked
   std::int64_t cause_start_ns = 0, cause_end_ns = 0;
   // The weather on the job's CPU during the scenario (CpuWeather::on).
   CpuWeather::Seen weather{};
@@ -128,7 +131,8 @@ struct Verdict {
       }
     }
     const bool kind_ok = expected_kind.empty() ? hit == nullptr : hit != nullptr;
-    const bool culprit_ok = !hit || expected_culprit == 0 || hit->top_pid == expected_culprit;
+    const bool culprit_ok = !hit || ((expected_culprit == 0 || hit->top_pid == expected_culprit) &&
+                                     (expected_role.empty() || hit->top_role == expected_role));
     Json line = {{"scenario", scenario},
                  {"expected", expected_kind},
                  {"observed", kinds},
@@ -160,10 +164,12 @@ struct Verdict {
 // A workload pinned to `cpu`, placed by `place`: `calls` of its --calls SPEC, `iterations` times.
 pid_t start_workload_in(const std::function<void(Spawn&)>& place, int cpu,
                         const std::string& calls, int iterations,
-                        std::map<std::string, std::string> env, int spacing_us = 0) {
+                        std::map<std::string, std::string> env, int spacing_us = 0,
+                        const std::vector<std::string>& extra = {}) {
   Spawn s;
   s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "300", "--calls", calls,
             "--iterations", std::to_string(iterations)};
+  s.argv.insert(s.argv.end(), extra.begin(), extra.end());
   if (spacing_us > 0) {
     s.argv.push_back("--spacing-us");
     s.argv.push_back(std::to_string(spacing_us));
@@ -408,6 +414,41 @@ TEST_F(Diagnosis, HeavierOfTwoAgentsIsNamed) {
   Verdict{"two agents of unequal weight", "cpu_contention", heavy, start + 300'000'000, end,
           weather.on(0)}
       .judge(chains_of(*daemon_, job.label()));
+}
+
+// A sidecar in another container of the job's pod spins on the job's core: cpu_contention
+// naming it (another cgroup of the same pod is another workload).
+TEST_F(Diagnosis, SidecarOfTheSamePodIsNamed) {
+  CpuWeather weather;
+  TestCgroup job(unique("pod-a/ctr-trainer")), sidecar(unique("pod-a/ctr-sidecar"));
+  const std::int64_t start = now_ns();
+  pid_t hog = start_hog("sw-sidecar", 0, sidecar.dir());
+  pid_t w = start_workload(job, 0, "cudaStreamSynchronize:1", 600, kSpinSync);
+  const int rc = wait_exit(w, std::chrono::seconds(90));
+  const std::int64_t end = now_ns();
+  kill_and_reap(hog);
+  ASSERT_EQ(rc, 0);
+  settle();
+  Verdict{"sidecar of the same pod", "cpu_contention", hog, start + 300'000'000, end,
+          weather.on(0)}
+      .judge(chains_of(*daemon_, job.label()));
+}
+
+// The job's own DataLoader workers (children, spinning) outnumber its one core:
+// cpu_contention naming a worker of the job.
+TEST_F(Diagnosis, OwnWorkersOutnumberingTheCoresAreNamed) {
+  CpuWeather weather;
+  TestCgroup job(unique("workers-job"));
+  const std::int64_t start = now_ns();
+  pid_t w = start_workload_in([&](Spawn& s) { s.cgroup_dir = job.dir(); }, 0,
+                              "cudaStreamSynchronize:1", 600, kSpinSync, 0, {"--workers", "2"});
+  ASSERT_EQ(wait_exit(w, std::chrono::seconds(90)), 0);
+  const std::int64_t end = now_ns();
+  settle();
+  Verdict v{"own workers outnumber the cores", "cpu_contention", 0, start + 300'000'000, end,
+            weather.on(0)};
+  v.expected_role = "preemptor, worker of the job";
+  v.judge(chains_of(*daemon_, job.label()));
 }
 
 }  // namespace
