@@ -66,6 +66,20 @@ void set_call(Chain& c, const CallStat& s, const Baseline* b) {
   }
 }
 
+RunnableCalls runnable_calls(const ProcessWindow& p) {
+  RunnableCalls r;
+  for (const auto& [id, t] : p.calls) {
+    r.runnable_ns += t.runnable_ns;
+    r.cuda_ns += t.sum_ns;
+    if (!r.worst || t.runnable_ns > r.worst->runnable_ns ||
+        (t.runnable_ns == r.worst->runnable_ns && t.sum_ns > r.worst->sum_ns)) {
+      r.worst = &t;
+      r.worst_id = id;
+    }
+  }
+  return r;
+}
+
 std::string summary_of(const Chain& c, const std::string& rest) {
   return "[" + upper(severity_name(c.severity)) + "] " + std::string(kind_name(c.kind)) + ": " +
          rest;

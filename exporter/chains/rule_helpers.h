@@ -31,6 +31,17 @@ struct CallStat {
 };
 
 CallStat stat_of(std::uint32_t id, const CallTotals& t);
+
+// A process's CUDA calls in one window as the CPU rules read them: runnable time inside them,
+// time inside them, and the call that waited for a CPU the longest (ties: the longer); null
+// when the process made no call.
+struct RunnableCalls {
+  std::uint64_t runnable_ns = 0;
+  std::uint64_t cuda_ns = 0;
+  const CallTotals* worst = nullptr;
+  std::uint32_t worst_id = 0;
+};
+RunnableCalls runnable_calls(const ProcessWindow& p);
 std::string_view call_name(std::uint32_t id);  // "" for an unknown id
 
 inline double share(double part, double whole) { return whole > 0 ? part / whole : 0; }

@@ -71,8 +71,6 @@ std::string v1_mount(const std::string& controller) {
   return "";
 }
 
-std::string v1_memory_mount() { return v1_mount("memory"); }
-
 // This process's cgroup in the v1 hierarchy of `controller` ("/" when at the root).
 std::string own_v1_cgroup(const std::string& controller) {
   std::ifstream in("/proc/self/cgroup");
@@ -86,7 +84,43 @@ std::string own_v1_cgroup(const std::string& controller) {
   return "/";
 }
 
-std::string own_v1_memory_cgroup() { return own_v1_cgroup("memory"); }
+// Unified: enables `controller` from the root down to the parent of the leaf `name`.
+void enable_v2_controller(const std::string& root, const std::string& name,
+                          const std::string& controller) {
+  std::string d = root;
+  write_file(d + "/cgroup.subtree_control", "+" + controller);
+  std::istringstream parts(
+      name.substr(0, name.rfind('/') == std::string::npos ? 0 : name.rfind('/')));
+  std::string part;
+  while (std::getline(parts, part, '/')) {
+    if (part.empty()) continue;
+    d += "/" + part;
+    write_file(d + "/cgroup.subtree_control", "+" + controller);
+  }
+}
+
+// v1: the directories of `name` below the test's own cgroup of `controller` (mounted at
+// `mount`); those it made are appended to `created`, leaf last. Returns the leaf.
+std::string make_v1_dirs(const std::string& mount, const std::string& controller,
+                         const std::string& name, std::vector<std::string>& created) {
+  std::string d = mount + own_v1_cgroup(controller);
+  if (d.back() == '/') d.pop_back();
+  std::istringstream parts(name);
+  std::string part;
+  while (std::getline(parts, part, '/')) {
+    d += "/" + part;
+    if (mkdir(d.c_str(), 0755) == 0) created.push_back(d);
+  }
+  return d;
+}
+
+void remove_v1_dirs(const std::vector<std::string>& created) {
+  for (auto it = created.rbegin(); it != created.rend(); ++it) {
+    // An emptied cgroup can take a moment to let go (its last task still exiting).
+    poll_until([&] { return rmdir(it->c_str()) == 0 || errno == ENOENT; }, std::chrono::seconds(5),
+               std::chrono::milliseconds(20));
+  }
+}
 
 }  // namespace
 
@@ -126,35 +160,19 @@ MemoryCgroup::MemoryCgroup(const std::string& name, std::uint64_t limit_bytes) :
   std::string limit = std::to_string(limit_bytes);
   if (read_file(root + "/cgroup.controllers").find("memory") != std::string::npos) {
     // Unified: enable the controller down to the leaf's parent, then limit the leaf.
-    std::string d = root;
-    write_file(d + "/cgroup.subtree_control", "+memory");
-    std::istringstream parts(
-        name.substr(0, name.rfind('/') == std::string::npos ? 0 : name.rfind('/')));
-    std::string part;
-    while (std::getline(parts, part, '/')) {
-      if (part.empty()) continue;
-      d += "/" + part;
-      write_file(d + "/cgroup.subtree_control", "+memory");
-    }
+    enable_v2_controller(root, name, "memory");
     memory_dir_ = dir();
     if (!write_file(memory_dir_ + "/memory.max", limit)) error_ = "cannot write memory.max";
     write_file(memory_dir_ + "/memory.swap.max", "0");  // absent without swap accounting
     return;
   }
-  std::string mount = v1_memory_mount();
+  std::string mount = v1_mount("memory");
   if (mount.empty()) {
     error_ = "no memory controller: neither cgroup v2 (cgroup.controllers) nor a v1 hierarchy";
     return;
   }
   v1_ = true;
-  std::string base = mount + own_v1_memory_cgroup();
-  if (base.back() == '/') base.pop_back();
-  std::istringstream parts(name);
-  std::string part, d = base;
-  while (std::getline(parts, part, '/')) {
-    d += "/" + part;
-    if (mkdir(d.c_str(), 0755) == 0) created_.push_back(d);
-  }
+  const std::string d = make_v1_dirs(mount, "memory", name, created_);
   memory_dir_ = d;
   if (!write_file(d + "/memory.limit_in_bytes", limit)) {
     error_ = "cannot write " + d + "/memory.limit_in_bytes";
@@ -168,13 +186,7 @@ MemoryCgroup::MemoryCgroup(const std::string& name, std::uint64_t limit_bytes) :
   }
 }
 
-MemoryCgroup::~MemoryCgroup() {
-  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
-    // An emptied memcg can take a moment to let go (its last task still exiting).
-    poll_until([&] { return rmdir(it->c_str()) == 0 || errno == ENOENT; }, std::chrono::seconds(5),
-               std::chrono::milliseconds(20));
-  }
-}
+MemoryCgroup::~MemoryCgroup() { remove_v1_dirs(created_); }
 
 void MemoryCgroup::place(Spawn& s) const {
   s.cgroup_dir = dir();
@@ -303,16 +315,7 @@ CpuLimitCgroup::CpuLimitCgroup(const std::string& name, std::uint64_t quota_us,
   const std::string root = cgroup2_root();
   if (read_file(root + "/cgroup.controllers").find("cpu") != std::string::npos &&
       v1_mount("cpu").empty()) {
-    std::string d = root;
-    write_file(d + "/cgroup.subtree_control", "+cpu");
-    std::istringstream parts(
-        name.substr(0, name.rfind('/') == std::string::npos ? 0 : name.rfind('/')));
-    std::string part;
-    while (std::getline(parts, part, '/')) {
-      if (part.empty()) continue;
-      d += "/" + part;
-      write_file(d + "/cgroup.subtree_control", "+cpu");
-    }
+    enable_v2_controller(root, name, "cpu");
     cpu_dir_ = dir();
     if (!write_file(cpu_dir_ + "/cpu.max",
                     std::to_string(quota_us) + " " + std::to_string(period_us))) {
@@ -326,14 +329,7 @@ CpuLimitCgroup::CpuLimitCgroup(const std::string& name, std::uint64_t quota_us,
     return;
   }
   v1_ = true;
-  std::string base = mount + own_v1_cgroup("cpu");
-  if (base.back() == '/') base.pop_back();
-  std::istringstream parts(name);
-  std::string part, d = base;
-  while (std::getline(parts, part, '/')) {
-    d += "/" + part;
-    if (mkdir(d.c_str(), 0755) == 0) created_.push_back(d);
-  }
+  const std::string d = make_v1_dirs(mount, "cpu", name, created_);
   cpu_dir_ = d;
   if (!write_file(d + "/cpu.cfs_period_us", std::to_string(period_us)) ||
       !write_file(d + "/cpu.cfs_quota_us", std::to_string(quota_us))) {
@@ -341,12 +337,7 @@ CpuLimitCgroup::CpuLimitCgroup(const std::string& name, std::uint64_t quota_us,
   }
 }
 
-CpuLimitCgroup::~CpuLimitCgroup() {
-  for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
-    poll_until([&] { return rmdir(it->c_str()) == 0 || errno == ENOENT; }, std::chrono::seconds(5),
-               std::chrono::milliseconds(20));
-  }
-}
+CpuLimitCgroup::~CpuLimitCgroup() { remove_v1_dirs(created_); }
 
 void CpuLimitCgroup::place(Spawn& s) const {
   s.cgroup_dir = dir();

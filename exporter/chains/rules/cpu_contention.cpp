@@ -156,20 +156,12 @@ class CpuContention : public Rule {
   void process(const WindowContext& ctx, const ProcessWindow& p,
                std::vector<Finding>& out) override {
     const double window = static_cast<double>(ctx.view.window_ns);
-    std::uint64_t runnable = 0, cuda = 0;
-    const CallTotals* worst = nullptr;
-    std::uint32_t worst_id = 0;
-    for (const auto& [id, t] : p.calls) {
-      runnable += t.runnable_ns;
-      cuda += t.sum_ns;
-      bool better = !worst || t.runnable_ns > worst->runnable_ns ||
-                    (t.runnable_ns == worst->runnable_ns && t.sum_ns > worst->sum_ns);
-      if (better) {
-        worst = &t;
-        worst_id = id;
-      }
-    }
-    if (!worst) return;
+    const RunnableCalls calls = runnable_calls(p);
+    if (!calls.worst) return;
+    std::uint64_t runnable = calls.runnable_ns;
+    const std::uint64_t cuda = calls.cuda_ns;
+    const CallTotals* worst = calls.worst;
+    const std::uint32_t worst_id = calls.worst_id;
     // The wait the workload's own CPU limit explains is cpu_throttle's; contention keeps the
     // rest (docs/chains.md#cpu_throttle).
     const auto throttle = ctx.throttle(p);

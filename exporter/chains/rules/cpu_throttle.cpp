@@ -74,19 +74,11 @@ class CpuThrottle : public Rule {
     if (!throttle || throttle->explained <= 0) return;
     const host::CpuLimitTotals& l = *throttle->limit;
     const double window = static_cast<double>(ctx.view.window_ns);
-    std::uint64_t runnable = 0, cuda = 0;
-    const CallTotals* worst = nullptr;
-    std::uint32_t worst_id = 0;
-    for (const auto& [id, t] : p.calls) {
-      runnable += t.runnable_ns;
-      cuda += t.sum_ns;
-      if (!worst || t.runnable_ns > worst->runnable_ns ||
-          (t.runnable_ns == worst->runnable_ns && t.sum_ns > worst->sum_ns)) {
-        worst = &t;
-        worst_id = id;
-      }
-    }
-    if (!worst) return;
+    const RunnableCalls calls = runnable_calls(p);
+    if (!calls.worst) return;
+    const std::uint64_t runnable = calls.runnable_ns, cuda = calls.cuda_ns;
+    const CallTotals* worst = calls.worst;
+    const std::uint32_t worst_id = calls.worst_id;
     // The effect: the part of the calls' (and threads') runnable wait throttling explains.
     const double explained = throttle->explained;
     const double in_calls = static_cast<double>(runnable) * explained;
