@@ -51,10 +51,10 @@ lines = [
     "",
     "*weather chains* are `cpu_steal` chains opened while the hypervisor or interrupts took at",
     "least 10 % of the job's CPU in a 500 ms interval (sampled from `/proc/stat` during the run):",
-    "right for that time, not counted false. *steal max* is the largest such share seen (median",
-    "over the runs): this VM's own steal, which the scenarios cannot control.",
+    "right for that time, not counted false. *steal+irq max* is the largest such share seen (median",
+    "over the runs): this VM's own weather, which the scenarios cannot control.",
     "",
-    "| scenario | expected | runs | kind right | culprit right | false chains | weather chains | steal max | detect (median) | close (median) |",
+    "| scenario | expected | runs | kind right | culprit right | false chains | weather chains | steal+irq max | detect (median) | close (median) |",
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
 ]
 tot = {"runs": 0, "kind": 0, "culprit": 0, "false": 0}
