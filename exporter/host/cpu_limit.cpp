@@ -11,7 +11,6 @@ namespace {
 
 // cpu.stat has a dozen short lines; cpu.max and the v1 quota files one number each.
 constexpr std::size_t kMaxFileBytes = 4096;
-constexpr std::size_t kMaxProcCgroupBytes = 64 * 1024;
 // Deeper than any real hierarchy (kubepods: 4 or 5 levels): the walk stops there.
 constexpr int kMaxDepth = 32;
 
