@@ -66,8 +66,17 @@ RunnerResult run_scenario(const Scenario& scenario, const RunnerOptions& options
   popts.otlp = options.otlp;
   app::Pipeline pipeline(popts, board, store);
   SyntheticHost host;
+  host.rename_with(options.rename_cgroup, options.rename_comm);
   identity::KubeMetadata kube(identity::KubeSettings{});  // off: serves the demo's own pods
-  kube.replace(kit::pods());
+  std::vector<identity::KubePod> pods = kit::pods();
+  if (options.rename_pod) {
+    for (auto& pod : pods) {
+      pod.name = options.rename_pod(pod.name);
+      pod.pod_namespace = options.rename_pod(pod.pod_namespace);
+      for (auto& c : pod.containers) c.name = options.rename_pod(c.name);
+    }
+  }
+  kube.replace(pods);
   RunnerResult result;
   std::map<std::string, size_t> opened_at;  // chain id → index in result.opened
 

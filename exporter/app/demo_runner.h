@@ -11,6 +11,7 @@
 #include "chains/chain.h"
 #include "common/result.h"
 #include "demo/scenarios.h"
+#include "demo/synthetic.h"
 #include "metrics/http_server.h"
 #include "store/store.h"
 
@@ -35,6 +36,9 @@ struct RunnerOptions {
   // instead of now, and chain ids come from this seed instead of the random device. 0: unset.
   std::int64_t end_ns = 0;
   std::uint64_t seed = 0;
+  // Test seam (issue #35): every cgroup path, comm, and pod and namespace name of the story goes
+  // through these, so each rule's advice can be run with hostile host strings. Unset: as written.
+  SyntheticHost::Renamer rename_cgroup, rename_comm, rename_pod;
 };
 
 struct RunnerResult {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "chains/advice.h"
 #include "chains/kinds.h"
 #include "chains/sites.h"
 #include "identity/cgroup_identity.h"
@@ -55,7 +56,8 @@ struct Chain {
   std::string summary;          // one line: "[HIGH] cpu_contention: cudaStreamSynchronize ..."
   std::string root_cause;       // the cause with its numbers
   std::string effect;           // what it did to the CUDA calls
-  std::string recommendation;   // commands a person can paste, one per line
+  std::string recommendation;   // commands a person can paste, one per line (Advice::text)
+  std::vector<Command> commands;  // the shell commands among them, typed (not stored)
   std::vector<Contributor> contributors;                  // worst first
   std::vector<std::pair<std::string, double>> evidence;  // named numbers, e.g. runnable_share
   std::vector<CallSite> sites;  // where the stalled calls were made, by stalled time (sites.h)

@@ -87,6 +87,7 @@ void keep_texts(Chain& c, const Chain& prev) {
   c.root_cause = prev.root_cause;
   c.effect = prev.effect;
   c.recommendation = prev.recommendation;
+  c.commands = prev.commands;
   c.contributors = prev.contributors;
   c.evidence = prev.evidence;
 }

@@ -104,8 +104,9 @@ Severity step_up(Severity s) {
   return s >= Severity::kHigh ? s : static_cast<Severity>(static_cast<int>(s) + 1);
 }
 
-std::string advice_line(std::string_view command, std::string_view why) {
-  return std::string(command) + "   # " + std::string(why) + "\n";
+void set_advice(Chain& c, const Advice& a) {
+  c.recommendation = a.text();
+  c.commands = a.commands();
 }
 
 std::string last_component(std::string_view path) {

@@ -64,8 +64,8 @@ std::string process_or_workload(const ProcessWindow* p, const Chain& c);
 // One severity up, at most high.
 Severity step_up(Severity s);
 
-// Advice: "COMMAND   # WHY\n", one line of a recommendation.
-std::string advice_line(std::string_view command, std::string_view why);
+// The chain's recommendation and its typed commands, from `a`.
+void set_advice(Chain& c, const Advice& a);
 std::string last_component(std::string_view path);  // of a cgroup path: the unit or scope
 bool in_kubepods(std::string_view cgroup);
 

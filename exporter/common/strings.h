@@ -1,6 +1,7 @@
 // Small string helpers shared by the /proc parsers and the OTLP configuration and delivery.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,15 +29,25 @@ bool is_valid_utf8(std::string_view s);
 // value and OTLP string from the host (cgroup directory names, comms) goes through this.
 std::string to_valid_utf8(std::string_view s);
 
+// Code points that change what a terminal shows without being seen themselves: C1 controls
+// (U+0080..U+009F; U+009B is CSI, as ESC [ is), bidi embeddings, overrides, isolates and marks
+// (a name that reads "txt.exe" backwards), and the Unicode line and paragraph separators.
+bool is_hostile_code_point(std::uint32_t cp);
+
 // A name from the host (a process's comm, a thread's name, a unit) made safe to show: one line
-// of printable, valid UTF-8. Control characters become \n, \t or \xNN, a backslash \\, and
-// each byte of an invalid UTF-8 sequence \xNN; everything else is kept. Any local user can
+// of printable, valid UTF-8. Control characters become \n, \t or \xNN, a backslash \\, each
+// byte of an invalid UTF-8 sequence \xNN, and each hostile code point above \uXXXX; everything
+// else is kept. Any local user can
 // name a process `x\nsh /tmp/p #` or put ESC sequences in it: what is shown to a person, logged
 // or stored goes through this first.
 std::string escape_name(std::string_view s);
 
-// `s` as one shell word: single-quoted, a ' inside written '\''. For names that must appear in
-// a command a person is told to paste (systemctl set-property 'UNIT').
+// `s` as one shell word: single-quoted, a ' inside written '\''; where `s` holds a control
+// byte, invalid UTF-8 or a hostile code point, ANSI-C quoted instead ($'...' with \xNN), so the
+// word stays on one printable line and bash still reads back exactly the bytes of `s`. For
+// names that must appear in a command a person is told to paste (systemctl set-property 'UNIT').
 std::string shell_quote(std::string_view s);
+// The same, but left bare when every byte is plain ([A-Za-z0-9_@%+=:,./-]): "4242", "0-3".
+std::string shell_word(std::string_view s);
 
 }  // namespace stallwatch

@@ -40,8 +40,10 @@ std::uint64_t slow_count(std::uint64_t count, std::uint64_t tail_ns, double tail
 
 }  // namespace
 
-void SyntheticHost::add_process(const std::string& cgroup, int pid, const std::string& comm,
+void SyntheticHost::add_process(const std::string& cgroup_in, int pid, const std::string& comm_in,
                                 std::int64_t start_ns) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
+  const std::string comm = rename_comm_ ? rename_comm_(comm_in) : comm_in;
   Proc& p = procs_[pid];
   p.cgroup = cgroup;
   p.comm = comm;
@@ -172,9 +174,11 @@ void SyntheticHost::offcpu(int pid, std::uint64_t runnable_ns, std::uint64_t blo
   it->second.offcpu.add(OffcpuTotals{runnable_ns, blocked_ns, oncpu_ns, preemptions});
 }
 
-void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm,
-                                 const std::string& cgroup, std::uint64_t runnable_ns,
+void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm_in,
+                                 const std::string& cgroup_in, std::uint64_t runnable_ns,
                                  std::uint64_t count, int ppid, bool kernel_thread) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
+  const std::string comm = rename_comm_ ? rename_comm_(comm_in) : comm_in;
   auto it = procs_.find(victim);
   if (it == procs_.end()) return;
   Preemptor& p = it->second.preemptors[pid];
@@ -210,8 +214,10 @@ void SyntheticHost::inflight(int pid, std::string_view call, const InflightCall&
   it->second.inflight.push_back(std::move(c));
 }
 
-void SyntheticHost::io(const std::string& cgroup, int pid, const std::string& comm,
+void SyntheticHost::io(const std::string& cgroup_in, int pid, const std::string& comm_in,
                        const IoMix& mix) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
+  const std::string comm = rename_comm_ ? rename_comm_(comm_in) : comm_in;
   if (mix.count == 0) return;
   IoProc& p = io_procs_[pid];
   p.cgroup = cgroup;
@@ -224,9 +230,10 @@ void SyntheticHost::io(const std::string& cgroup, int pid, const std::string& co
   t.bytes += mix.count * mix.bytes_each;
 }
 
-void SyntheticHost::reclaim(const std::string& cgroup, std::uint64_t direct_ns,
+void SyntheticHost::reclaim(const std::string& cgroup_in, std::uint64_t direct_ns,
                             std::uint64_t memcg_ns, std::uint64_t cuda_ns,
                             std::uint64_t reclaims) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
   ReclaimTotals& r = cgroups_[cgroup].totals.reclaim;
   r.direct_ns += direct_ns;
   r.memcg_ns += memcg_ns;
@@ -238,8 +245,10 @@ void SyntheticHost::reclaim(const std::string& cgroup, std::uint64_t direct_ns,
   }
 }
 
-void SyntheticHost::oom_kill(const std::string& cgroup, int pid, const std::string& comm,
+void SyntheticHost::oom_kill(const std::string& cgroup_in, int pid, const std::string& comm_in,
                              std::int64_t at_ns) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
+  const std::string comm = rename_comm_ ? rename_comm_(comm_in) : comm_in;
   SeriesTotals& kept = cgroups_[cgroup].totals;
   const bool cuda = procs_.count(pid) > 0;
   kept.oom_kills++;
@@ -249,7 +258,8 @@ void SyntheticHost::oom_kill(const std::string& cgroup, int pid, const std::stri
   exit_process(pid);
 }
 
-void SyntheticHost::pressure(const std::string& cgroup, const PressureTotals& add) {
+void SyntheticHost::pressure(const std::string& cgroup_in, const PressureTotals& add) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
   PressureTotals& p = cgroups_[cgroup].pressure;
   p.known = true;
   p.cpu_some_ns += add.cpu_some_ns;
@@ -260,15 +270,17 @@ void SyntheticHost::pressure(const std::string& cgroup, const PressureTotals& ad
   p.io_full_ns += add.io_full_ns;
 }
 
-void SyntheticHost::retransmits(const std::string& cgroup, std::uint64_t ipv4,
+void SyntheticHost::retransmits(const std::string& cgroup_in, std::uint64_t ipv4,
                                 std::uint64_t ipv6) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
   SeriesTotals& kept = cgroups_[cgroup].totals;
   kept.tcp_retransmits_ipv4 += ipv4;
   kept.tcp_retransmits_ipv6 += ipv6;
 }
 
-void SyntheticHost::cpu_limit(const std::string& cgroup, double cores, std::uint64_t periods,
+void SyntheticHost::cpu_limit(const std::string& cgroup_in, double cores, std::uint64_t periods,
                               std::uint64_t throttled_periods, std::uint64_t throttled_ns) {
+  const std::string cgroup = rename_cgroup_ ? rename_cgroup_(cgroup_in) : cgroup_in;
   host::CpuLimitTotals& l = cgroups_[cgroup].cpu_limit;
   l.known = true;
   l.period_us = 100000;

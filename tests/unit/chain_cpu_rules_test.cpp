@@ -112,7 +112,7 @@ TEST(CpuThrottle, SystemdUnitGetsCpuQuotaAdvice) {
   const auto t = of_kind(d.all, Kind::kCpuThrottle);
   ASSERT_FALSE(t.empty());
   EXPECT_TRUE(of_kind(d.all, Kind::kCpuContention).empty()) << d.all[0].summary;
-  EXPECT_NE(t[0].recommendation.find("systemctl set-property 'train.service' CPUQuota="),
+  EXPECT_NE(t[0].recommendation.find("systemctl set-property train.service CPUQuota="),
             std::string::npos)
       << t[0].recommendation;
   EXPECT_EQ(t[0].severity, Severity::kHigh);  // 40 % of the call time, all of it explained

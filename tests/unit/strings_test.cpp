@@ -37,10 +37,35 @@ TEST(EscapeNameTest, OneLineOfPrintableText) {
   EXPECT_EQ(escape_name("caf\xc3\xa9"), "caf\xc3\xa9");
 }
 
+// Issue #35: valid UTF-8 can still drive a terminal. U+009B is a one-byte CSI (ESC [), U+202E
+// shows the rest of a line backwards, U+2028 breaks it: each is written as \uXXXX.
+TEST(EscapeNameTest, C1ControlsAndBidiOverridesAreEscaped) {
+  EXPECT_EQ(escape_name("a\xc2\x9b" "31mred"), "a\\u009b31mred");
+  EXPECT_EQ(escape_name("exe.\xe2\x80\xaetxt"), "exe.\\u202etxt");
+  EXPECT_EQ(escape_name("a\xe2\x80\xa8" "b\xe2\x81\xa6" "c"), "a\\u2028b\\u2066c");
+  EXPECT_EQ(escape_name("\xd8\xb9\xe2\x82\xac"), "\xd8\xb9\xe2\x82\xac");  // Arabic, euro kept
+}
+
 TEST(ShellQuoteTest, OneWordWhateverTheName) {
   EXPECT_EQ(shell_quote("fluent-bit"), "'fluent-bit'");
   EXPECT_EQ(shell_quote("x'; rm -rf / #"), "'x'\\''; rm -rf / #'");
   EXPECT_EQ(shell_quote(""), "''");
+}
+
+// A name with a newline or an escape sequence stays one printable line: $'...' with \xNN.
+TEST(ShellQuoteTest, ControlBytesAreAnsiCQuoted) {
+  EXPECT_EQ(shell_quote("a\nb"), "$'a\\x0ab'");
+  EXPECT_EQ(shell_quote("x'\\\x1b"), "$'x\\'\\\\\\x1b'");
+  EXPECT_EQ(shell_quote("\xe2\x80\xae"), "$'\\xe2\\x80\\xae'");
+  EXPECT_EQ(shell_quote("\xff"), "$'\\xff'");
+}
+
+TEST(ShellWordTest, BareOnlyWhenPlain) {
+  EXPECT_EQ(shell_word("0-3,5"), "0-3,5");
+  EXPECT_EQ(shell_word("fluent-bit.service"), "fluent-bit.service");
+  EXPECT_EQ(shell_word("a b"), "'a b'");
+  EXPECT_EQ(shell_word("$(id)"), "'$(id)'");
+  EXPECT_EQ(shell_word(""), "''");
 }
 
 }  // namespace

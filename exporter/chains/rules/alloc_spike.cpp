@@ -24,15 +24,15 @@ struct Thresholds {
   double contention_share = 0.5;
 };
 
-std::string advise() {
-  std::string out;
-  out += advice_line("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                     "grow the caching allocator's pool without a new cudaMalloc per size");
-  out += "# warm the allocator: run one step at the largest batch and sequence length first\n";
-  out +=
-      "# remove torch.cuda.empty_cache() from the training loop (it returns memory that "
-      "cudaMalloc must take again)\n";
-  out += "# pad or bucket variable-length inputs to a few fixed shapes\n";
+Advice advise() {
+  Advice out;
+  out.command(Command("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+              "grow the caching allocator's pool without a new cudaMalloc per size");
+  out.note("warm the allocator: run one step at the largest batch and sequence length first");
+  out.note(
+      "remove torch.cuda.empty_cache() from the training loop (it returns memory that "
+      "cudaMalloc must take again)");
+  out.note("pad or bucket variable-length inputs to a few fixed shapes");
   return out;
 }
 
@@ -107,7 +107,7 @@ class AllocSpike : public Rule {
       }
       c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
                                     ") spikes " + times(ratio) + " every " + human_seconds(period));
-      c.recommendation = advise();
+      set_advice(c, advise());
       out.push_back(std::move(f));
       return;
     }

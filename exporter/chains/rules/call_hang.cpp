@@ -58,26 +58,26 @@ std::vector<NcclMember> missing_ranks(const Snapshot& snap, int world_size,
   return out;
 }
 
-std::string advise(const Chain& c, const InflightCall& h, const std::vector<NcclMember>& missing) {
-  std::string out;
-  const std::string pid = std::to_string(c.pid);
+Advice advise(const Chain& c, const InflightCall& h, const std::vector<NcclMember>& missing) {
+  Advice out;
   for (const auto& m : missing) {
-    out += advice_line("py-spy dump --pid " + std::to_string(m.pid),
-                       "where rank " + std::to_string(m.rank) +
-                           " is stuck instead of joining the collective");
+    out.command(Command("py-spy dump --pid").number(m.pid),
+                "where rank " + std::to_string(m.rank) +
+                    " is stuck instead of joining the collective");
   }
-  out += advice_line("py-spy dump --pid " + pid,
-                     "the Python stack of every thread: which line issued the hung call");
-  out += advice_line("cat /proc/" + pid + "/task/" + std::to_string(h.tid) + "/stack",
-                     "where the thread waits in the kernel (run as root)");
+  out.command(Command("py-spy dump --pid").number(c.pid),
+              "the Python stack of every thread: which line issued the hung call");
+  out.command(Command("cat").arg("/proc/" + std::to_string(c.pid) + "/task/" +
+                                 std::to_string(h.tid) + "/stack"),
+              "where the thread waits in the kernel (run as root)");
   if (trace::is_nccl_op(h.call_id)) {
-    out += advice_line("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL,NET",
-                       "which peer each rank waits for; restart the job with it set");
-    out += advice_line("torch.distributed.init_process_group(..., timeout=timedelta(minutes=5))",
-                       "fail a hung collective in minutes, not after the 30-minute default");
+    out.code("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL,NET",
+             "which peer each rank waits for; restart the job with it set");
+    out.code("torch.distributed.init_process_group(..., timeout=timedelta(minutes=5))",
+             "fail a hung collective in minutes, not after the 30-minute default");
   } else {
-    out += advice_line("nvidia-smi; dmesg | grep -i xid",
-                       "is the GPU still alive? an Xid error means the GPU or driver failed");
+    out.command(Command("nvidia-smi").then(Command("dmesg").pipe(Command("grep -i xid"))),
+                "is the GPU still alive? an Xid error means the GPU or driver failed");
   }
   return out;
 }
@@ -183,7 +183,7 @@ class CallHang : public Rule {
         c.evidence.push_back({"rank", static_cast<double>(call.rank)});
         c.evidence.push_back({"world_size", static_cast<double>(call.world_size)});
       }
-      c.recommendation = advise(c, call, missing);
+      set_advice(c, advise(c, call, missing));
       out.push_back(std::move(f));
     }
   }

@@ -14,14 +14,13 @@ struct Thresholds {
   double min_s = 0.010;  // and at least this long
 };
 
-std::string advise() {
-  std::string out;
-  out += "# warm up before serving or timing: run a few untimed iterations after start\n";
-  out +=
-      advice_line("DataLoader(persistent_workers=True)",
-                  "keep processes alive between epochs and jobs instead of paying start-up again");
-  out += advice_line("export CUDA_MODULE_LOADING=LAZY",
-                     "load only the kernels used (the default in recent CUDA releases)");
+Advice advise() {
+  Advice out;
+  out.note("warm up before serving or timing: run a few untimed iterations after start");
+  out.code("DataLoader(persistent_workers=True)",
+           "keep processes alive between epochs and jobs instead of paying start-up again");
+  out.command(Command("export CUDA_MODULE_LOADING=LAZY"),
+              "load only the kernels used (the default in recent CUDA releases)");
   return out;
 }
 
@@ -99,7 +98,7 @@ class ColdStart : public Rule {
     c.summary = summary_of(c, p.comm + " (PID " + std::to_string(p.pid) + ") paid " +
                                   human_ns(first_cuda) + " of CUDA start-up; " + c.call + " " +
                                   times(c.ratio) + " its steady latency at first");
-    c.recommendation = advise();
+    set_advice(c, advise());
     out.push_back(std::move(f));
   }
 

@@ -80,7 +80,7 @@ std::string names_of(const std::vector<const Contributor*>& ks) {
 // helps for each kind of preemptor: no renice for kernel threads or the job's own threads.
 // Names here are already escaped (one printable line, escape_name); a unit that enters a
 // command is shell-quoted.
-std::string advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
+Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
   std::vector<const Contributor*> outsiders, kernel, workers, own;
   for (const auto& k : c.contributors) {
     if (k.cpu_ns == 0 || k.cpu_ns < material_ns) continue;
@@ -94,57 +94,58 @@ std::string advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
       outsiders.push_back(&k);
     }
   }
-  std::string out;
-  const std::string pid = std::to_string(c.pid);
+  Advice out;
   const std::string spare = std::to_string(host_cpus >= 2 ? host_cpus - 1 : 0);
   if (!outsiders.empty()) {
     if (host_cpus >= 3) {
       const std::string mine = "0-" + std::to_string(host_cpus - 2);
-      out += advice_line("taskset -acp " + mine + " " + pid,
-                         "pin " + c.comm + " and its threads to cores " + mine);
+      out.command(Command("taskset -acp").arg(mine).number(c.pid),
+                  "pin " + c.comm + " and its threads to cores " + mine);
     } else {
-      out += advice_line("taskset -acp 0 " + pid, "pin " + c.comm + " to core 0");
+      out.command(Command("taskset -acp 0").number(c.pid), "pin " + c.comm + " to core 0");
     }
   }
   size_t shown = 0;
   for (const auto* k : outsiders) {
     if (shown++ == 3) break;
-    const std::string kp = std::to_string(k->pid);
-    out += advice_line("renice -n 19 -p " + kp + "; taskset -acp " + spare + " " + kp,
-                       "lower " + k->comm + " and keep it off the training cores");
+    out.command(Command("renice -n 19 -p")
+                    .number(k->pid)
+                    .then(Command("taskset -acp").arg(spare).number(k->pid)),
+                "lower " + k->comm + " and keep it off the training cores");
     const std::string unit = last_component(k->cgroup);
     if (unit.ends_with(".service")) {
-      out += advice_line(
-          "systemctl set-property " + shell_quote(unit) + " CPUWeight=20 AllowedCPUs=" + spare,
-          "make it last for " + escape_name(unit));
+      out.command(Command("systemctl set-property")
+                      .arg(unit)
+                      .words("CPUWeight=20")
+                      .arg("AllowedCPUs=" + spare),
+                  "make it last for " + unit);
     } else if (k->cgroup == c.identity.cgroup) {
-      out += "# " + k->comm + " runs in the job's own cgroup but is not its child: move it out (a "
-             "sidecar of its own) or give the job the cores both need\n";
+      out.note(k->comm + " runs in the job's own cgroup but is not its child: move it out (a "
+               "sidecar of its own) or give the job the cores both need");
     } else if (in_kubepods(k->cgroup)) {
-      out += "# " + k->comm + " runs in another pod: lower its CPU limit, or schedule it away\n";
+      out.note(k->comm + " runs in another pod: lower its CPU limit, or schedule it away");
     }
   }
   if (!workers.empty()) {
-    out += advice_line("DataLoader(num_workers=<free cores - 1>, persistent_workers=True)",
-                       "workers of the same job compete with the CUDA-issuing thread");
+    out.code("DataLoader(num_workers=<free cores - 1>, persistent_workers=True)",
+             "workers of the same job compete with the CUDA-issuing thread");
   }
   if (!kernel.empty()) {
-    out += "# kernel threads (" + names_of(kernel) +
-           ") took the CPU: steer interrupts off the training cores (/proc/irq/*/smp_affinity, "
-           "irqbalance) or isolate them (isolcpus=, nohz_full=)\n";
+    out.note("kernel threads (" + names_of(kernel) +
+             ") took the CPU: steer interrupts off the training cores (/proc/irq/*/smp_affinity, "
+             "irqbalance) or isolate them (isolcpus=, nohz_full=)");
   }
   if (!own.empty()) {
-    out += "# " + c.comm + "'s own threads (" + names_of(own) +
-           ") compete with its CUDA-issuing thread: give it more cores\n";
+    out.note(c.comm + "'s own threads (" + names_of(own) +
+             ") compete with its CUDA-issuing thread: give it more cores");
   }
   if (in_kubepods(c.identity.cgroup)) {
-    out += advice_line(
-        "resources: {requests: {cpu: \"6\"}, limits: {cpu: \"6\"}}",
-        "Guaranteed QoS with integer CPUs: the static CPU manager gives exclusive cores");
+    out.code("resources: {requests: {cpu: \"6\"}, limits: {cpu: \"6\"}}",
+             "Guaranteed QoS with integer CPUs: the static CPU manager gives exclusive cores");
   }
   if (outsiders.empty() && kernel.empty() && workers.empty() && own.empty()) {
-    out += advice_line("stallwatch explain --per-process --since 15m",
-                       "find what else runs on the workload's CPUs (top -H also helps)");
+    out.command(Command("stallwatch explain --per-process --since 15m"),
+                "find what else runs on the workload's CPUs (top -H also helps)");
   }
   return out;
 }
@@ -235,8 +236,8 @@ class CpuContention : public Rule {
         c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) + ") waited for a CPU " +
             percent(s) + " of the time" +
             (top ? ", preempted by " + top->comm : std::string()));
-    c.recommendation = advise(c, ctx.options.host_cpus,
-                              static_cast<std::uint64_t>(th_.material_share * chain_runnable * 1e9));
+    set_advice(c, advise(c, ctx.options.host_cpus,
+                              static_cast<std::uint64_t>(th_.material_share * chain_runnable * 1e9)));
     out.push_back(std::move(f));
   }
 

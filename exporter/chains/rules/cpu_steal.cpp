@@ -41,20 +41,20 @@ std::uint64_t oncpu_ns(const trace::OutlierRecord& r) {
 }
 
 // `steal`: the hypervisor took most of it, else interrupts; `cpu` the most affected CPU.
-std::string advise(const host::CpuStolen& cpu, bool steal) {
-  std::string out;
+Advice advise(const host::CpuStolen& cpu, bool steal) {
+  Advice out;
   const std::string n = std::to_string(cpu.cpu);
   if (steal) {
-    out += "# the hypervisor ran other work on this VM's CPU " + n +
-           ": ask for dedicated vCPUs (a dedicated-host or metal instance type, or vCPUs pinned "
-           "to isolated host cores)\n";
-    out += advice_line("grep -E '^cpu[0-9]' /proc/stat",
-                       "the steal column (8th value) grows on the CPUs the hypervisor takes");
+    out.note("the hypervisor ran other work on this VM's CPU " + n +
+             ": ask for dedicated vCPUs (a dedicated-host or metal instance type, or vCPUs "
+             "pinned to isolated host cores)");
+    out.command(Command("grep -E").arg("^cpu[0-9]").words("/proc/stat"),
+                "the steal column (8th value) grows on the CPUs the hypervisor takes");
   } else {
-    out += advice_line("grep -E 'CPU|" + n + ":' /proc/interrupts",
-                       "which interrupts land on CPU " + n);
-    out += "# move them off the training cores: /proc/irq/<N>/smp_affinity_list, or "
-           "IRQBALANCE_BANNED_CPUS for irqbalance; or isolate the cores (isolcpus=, nohz_full=)\n";
+    out.command(Command("grep -E").arg("CPU|" + n + ":").words("/proc/interrupts"),
+                "which interrupts land on CPU " + n);
+    out.note("move them off the training cores: /proc/irq/<N>/smp_affinity_list, or "
+             "IRQBALANCE_BANNED_CPUS for irqbalance; or isolate the cores (isolcpus=, nohz_full=)");
   }
   return out;
 }
@@ -124,7 +124,7 @@ class CpuSteal : public Rule {
     c.summary = summary_of(c, c.call + " in " + p.comm + " (PID " + std::to_string(p.pid) +
                                   "): " + where + " lost " + percent(mean.total()) + " to " +
                                   what);
-    c.recommendation = advise(cpu, mean.steal >= mean.irq);
+    set_advice(c, advise(cpu, mean.steal >= mean.irq));
     out.push_back(std::move(f));
   }
 

@@ -28,38 +28,39 @@ std::string cores_text(double cores) { return short_number(cores) + (cores == 1 
 
 // Advice that fits where the limit comes from. Host-derived words are shell-quoted where they
 // enter a command and escaped where they are shown.
-std::string advise(const Chain& c, const host::CpuLimitTotals& l) {
-  std::string out;
+Advice advise(const Chain& c, const host::CpuLimitTotals& l) {
+  Advice out;
   const std::string cores = cores_text(l.limit_cores);
   const identity::Identity& id = c.identity;
   if (in_kubepods(id.cgroup)) {
-    const std::string who = id.pod.empty() ? "the pod" : escape_name(id.pod_namespace) + "/" +
-                                                            escape_name(id.pod);
+    const std::string who = id.pod.empty() ? "the pod" : id.pod_namespace + "/" + id.pod;
     if (!id.pod.empty()) {
-      out += advice_line("kubectl -n " + shell_quote(id.pod_namespace) + " get pod " +
-                             shell_quote(id.pod) +
-                             " -o jsonpath='{.spec.containers[*].resources}'",
-                         "the limits.cpu of " + who + " (" + cores + ")");
+      out.command(Command("kubectl -n")
+                      .arg(id.pod_namespace)
+                      .words("get pod")
+                      .arg(id.pod)
+                      .words("-o")
+                      .arg("jsonpath={.spec.containers[*].resources}"),
+                  "the limits.cpu of " + who + " (" + cores + ")");
     }
-    out += advice_line("resources: {requests: {cpu: \"N\"}}",
-                       "drop limits.cpu and keep the request (or raise the limit above the "
-                       "launch and data-loading threads' peak): " + who +
-                           " is throttled at " + cores);
+    out.code("resources: {requests: {cpu: \"N\"}}",
+             "drop limits.cpu and keep the request (or raise the limit above the "
+             "launch and data-loading threads' peak): " + who + " is throttled at " + cores);
     return out;
   }
   const std::string unit = last_component(l.limited_at);
   if (unit.ends_with(".service") || unit.ends_with(".scope") || unit.ends_with(".slice")) {
-    out += advice_line("systemctl set-property " + shell_quote(unit) + " CPUQuota=",
-                       "remove the limit of " + escape_name(unit) + " (" + cores +
-                           "), or set CPUQuota= above its peak (100% per CPU)");
+    out.command(Command("systemctl set-property").arg(unit).words("CPUQuota="),
+                "remove the limit of " + unit + " (" + cores +
+                    "), or set CPUQuota= above its peak (100% per CPU)");
     return out;
   }
   if (l.v1) {
-    out += advice_line("echo -1 > " + shell_quote(l.limited_dir + "/cpu.cfs_quota_us"),
-                       "remove the limit (" + cores + "), or write a larger quota");
+    out.command(Command("echo -1").to_file(l.limited_dir + "/cpu.cfs_quota_us"),
+                "remove the limit (" + cores + "), or write a larger quota");
   } else {
-    out += advice_line("echo max > " + shell_quote(l.limited_dir + "/cpu.max"),
-                       "remove the limit (" + cores + "), or write a larger quota");
+    out.command(Command("echo max").to_file(l.limited_dir + "/cpu.max"),
+                "remove the limit (" + cores + "), or write a larger quota");
   }
   return out;
 }
@@ -133,7 +134,7 @@ class CpuThrottle : public Rule {
                                   ") throttled by its own CPU limit (" +
                                   cores_text(l.limit_cores) + ", " +
                                   short_number(periods_per_s) + " throttled periods/s)");
-    c.recommendation = advise(c, l);
+    set_advice(c, advise(c, l));
     out.push_back(std::move(f));
   }
 

@@ -40,16 +40,15 @@ std::vector<Holder> holders_of(const Series& s) {
   return out;
 }
 
-std::string advise(int pid) {
-  std::string out;
-  out += advice_line("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                     "fragmentation: free memory in pieces too small for the request");
-  out += advice_line("nvidia-smi --query-compute-apps=pid,used_memory --format=csv",
-                     "who else holds memory on the GPU (the context's own memory included)");
-  out += advice_line("py-spy dump --pid " + std::to_string(pid),
-                     "where the failing allocation is made");
-  out += "# print(torch.cuda.memory_summary()) at the failure: allocated vs reserved (cached)\n";
-  out += "# reduce the batch size, or recompute activations (torch.utils.checkpoint)\n";
+Advice advise(int pid) {
+  Advice out;
+  out.command(Command("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+              "fragmentation: free memory in pieces too small for the request");
+  out.command(Command("nvidia-smi --query-compute-apps=pid,used_memory --format=csv"),
+              "who else holds memory on the GPU (the context's own memory included)");
+  out.command(Command("py-spy dump --pid").number(pid), "where the failing allocation is made");
+  out.note("print(torch.cuda.memory_summary()) at the failure: allocated vs reserved (cached)");
+  out.note("reduce the batch size, or recompute activations (torch.utils.checkpoint)");
   return out;
 }
 
@@ -142,7 +141,7 @@ class CudaOom : public Rule {
     c.summary = summary_of(c, call + " of " + human_bytes(static_cast<double>(m.request)) +
                                   " out of memory in " + who + ", " +
                                   human_bytes(static_cast<double>(workload_live)) + " held");
-    c.recommendation = advise(p.pid);
+    set_advice(c, advise(p.pid));
     for (size_t i = 0; i < holders.size() && i < kHolders; ++i) {
       Contributor h;
       h.comm = holders[i].comm;

@@ -17,17 +17,17 @@ struct Thresholds {
   double host_thread_share = 0.10;  // and of the CUDA threads' time below this
 };
 
-std::string advise(const Chain& c) {
-  std::string out;
-  out += advice_line("CUDA_VISIBLE_DEVICES=<gpu>",
-                     "give each job its own GPU (in Kubernetes: an nvidia.com/gpu limit per pod)");
-  out +=
-      "# or share it on purpose: MIG partitions (nvidia-smi mig) on A100/H100, or MPS for "
-      "cooperating processes\n";
-  for (const auto& k : c.contributors) {
-    out += "# move " + k.comm + " (PID " + std::to_string(k.pid) + ", " + k.cgroup +
-           ") to another GPU or node\n";
-    break;
+Advice advise(const Chain& c) {
+  Advice out;
+  out.code("CUDA_VISIBLE_DEVICES=<gpu>",
+           "give each job its own GPU (in Kubernetes: an nvidia.com/gpu limit per pod)");
+  out.note(
+      "or share it on purpose: MIG partitions (nvidia-smi mig) on A100/H100, or MPS for "
+      "cooperating processes");
+  if (!c.contributors.empty()) {
+    const auto& k = c.contributors.front();
+    out.note("move " + k.comm + " (PID " + std::to_string(k.pid) + ", " + k.cgroup +
+             ") to another GPU or node");
   }
   return out;
 }
@@ -108,7 +108,7 @@ class GpuContention : public Rule {
                                   times(worst_ratio) + " slower while " +
                                   std::to_string(others.size()) + " other CUDA process" +
                                   (others.size() == 1 ? " shares" : "es share") + " the GPU");
-    c.recommendation = advise(c);
+    set_advice(c, advise(c));
     out.push_back(std::move(f));
   }
 

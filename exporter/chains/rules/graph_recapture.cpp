@@ -30,16 +30,16 @@ bool counts_as_build(std::uint32_t id) {
   return n.find("Instantiate") != std::string_view::npos || n.find("ExecUpdate") != n.npos;
 }
 
-std::string advise() {
-  std::string out;
-  out += "# torch.compile(mode=\"reduce-overhead\") records a CUDA graph per input shape: pad "
-         "or bucket inputs to a few fixed shapes\n";
-  out += "# mark a dimension that really varies: torch._dynamo.mark_dynamic(x, 0)\n";
-  out += advice_line("TORCH_LOGS=recompiles,cudagraphs python train.py",
-                     "why each graph is recompiled or re-recorded");
-  out += "# torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True skips CUDA "
-         "graphs for dynamic-shape graphs; a CUDA Graph tree that re-records every step costs "
-         "more than it saves\n";
+Advice advise() {
+  Advice out;
+  out.note("torch.compile(mode=\"reduce-overhead\") records a CUDA graph per input shape: pad "
+           "or bucket inputs to a few fixed shapes");
+  out.note("mark a dimension that really varies: torch._dynamo.mark_dynamic(x, 0)");
+  out.code("TORCH_LOGS=recompiles,cudagraphs python train.py",
+           "why each graph is recompiled or re-recorded");
+  out.note("torch._inductor.config.triton.cudagraph_skip_dynamic_graphs = True skips CUDA "
+           "graphs for dynamic-shape graphs; a CUDA Graph tree that re-records every step costs "
+           "more than it saves");
   return out;
 }
 
@@ -118,7 +118,7 @@ class GraphRecapture : public Rule {
                "graph was meant to make cheap";
     c.summary = summary_of(c, std::string(call_name(top)) + " again and again in " + who + ": " +
                                   percent(cost) + " of its CUDA time rebuilding graphs");
-    c.recommendation = advise();
+    set_advice(c, advise());
     c.evidence = {{"builds", static_cast<double>(builds)},
                   {"windows_with_builds", static_cast<double>(with_builds)},
                   {"build_s", secs(build_ns)},

@@ -24,26 +24,25 @@ struct Thresholds {
 };
 
 // `device`: the busiest block device of the workload ("" when unknown).
-std::string advise(const Chain& c, const std::string& device) {
-  std::string out;
-  out += advice_line("DataLoader(num_workers=<more>, prefetch_factor=4, persistent_workers=True)",
-                     "more reads in flight hide the storage latency from the training loop");
+Advice advise(const Chain& c, const std::string& device) {
+  Advice out;
+  out.code("DataLoader(num_workers=<more>, prefetch_factor=4, persistent_workers=True)",
+           "more reads in flight hide the storage latency from the training loop");
   if (!device.empty()) {
-    out += advice_line("iostat -x 1 " + device,
-                       "is " + device + " saturated (%util, aqu-sz) or just slow (r_await)?");
+    out.command(Command("iostat -x 1").arg(device),
+                "is " + device + " saturated (%util, aqu-sz) or just slow (r_await)?");
   }
-  out +=
-      "# copy the dataset to local NVMe first, or keep it in the page cache "
+  out.note(
+      "copy the dataset to local NVMe first, or keep it in the page cache "
       "(vmtouch -t DATASET_DIR); read-ahead large sequential shards (WebDataset, "
-      "TFRecord) instead of many small files\n";
+      "TFRecord) instead of many small files");
   if (in_kubepods(c.identity.cgroup)) {
-    out +=
-        "# in Kubernetes: a local-NVMe emptyDir or hostPath cache instead of network "
-        "storage for the dataset\n";
+    out.note(
+        "in Kubernetes: a local-NVMe emptyDir or hostPath cache instead of network "
+        "storage for the dataset");
   }
-  out +=
-      advice_line("ionice -c3 -p <PID>",
-                  "lower the I/O priority of other processes that read or write the same device");
+  out.command(Command("ionice -c3 -p").placeholder("PID"),
+              "lower the I/O priority of other processes that read or write the same device");
   return out;
 }
 
@@ -124,7 +123,7 @@ class IoStall : public Rule {
     c.summary = summary_of(c, workload + " starved " + percent(s.starvation_ratio) +
                                   " of the time waiting on " + device + " I/O (p99 " +
                                   human_seconds(p99) + ")");
-    c.recommendation = advise(c, device);
+    set_advice(c, advise(c, device));
     out.push_back(std::move(f));
   }
 

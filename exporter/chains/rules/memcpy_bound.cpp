@@ -15,17 +15,15 @@ struct Thresholds {
   double wall_share = 0.20;  // and of wall time
 };
 
-std::string advise() {
-  std::string out;
-  out += advice_line("DataLoader(pin_memory=True); batch.to('cuda', non_blocking=True)",
-                     "page-locked buffers and asynchronous copies");
-  out +=
-      "# overlap copies with compute: prefetch the next batch on a separate "
-      "torch.cuda.Stream\n";
-  out +=
-      "# shrink transfers: copy uint8/fp16 and convert on the GPU; move preprocessing to "
-      "the GPU (NVIDIA DALI)\n";
-  out += "# avoid per-step .item() / .cpu() calls that copy results back synchronously\n";
+Advice advise() {
+  Advice out;
+  out.code("DataLoader(pin_memory=True); batch.to('cuda', non_blocking=True)",
+           "page-locked buffers and asynchronous copies");
+  out.note("overlap copies with compute: prefetch the next batch on a separate torch.cuda.Stream");
+  out.note(
+      "shrink transfers: copy uint8/fp16 and convert on the GPU; move preprocessing to "
+      "the GPU (NVIDIA DALI)");
+  out.note("avoid per-step .item() / .cpu() calls that copy results back synchronously");
   return out;
 }
 
@@ -72,7 +70,7 @@ class MemcpyBound : public Rule {
     c.effect = effect_text(st, b) + "; the GPU waits for data instead of computing";
     c.summary = summary_of(c, p.comm + " (PID " + std::to_string(p.pid) + ") spends " +
                                   percent(wall_share) + " of wall time in host↔device copies");
-    c.recommendation = advise();
+    set_advice(c, advise());
     out.push_back(std::move(f));
   }
 

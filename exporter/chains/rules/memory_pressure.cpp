@@ -49,42 +49,44 @@ double worst_slowdown(const WindowContext& ctx, const std::string& cgroup) {
 
 constexpr size_t kMaxVictims = 16;
 
-std::string advise(const Chain& c) {
-  std::string out;
+Advice advise(const Chain& c) {
+  Advice out;
   const std::string& cg = c.identity.cgroup;
   const bool memcg = c.evidence_value("memcg_reclaim_s") >= c.evidence_value("direct_reclaim_s");
   const bool oom = c.evidence_value("oom_kills") > 0;
   if (oom) {
-    out += advice_line("journalctl -k | grep -iE 'out of memory|oom-kill'",
-                       "what the kernel killed, at which usage and limit");
+    out.command(Command("journalctl -k").pipe(Command("grep -iE").arg("out of memory|oom-kill")),
+                "what the kernel killed, at which usage and limit");
   }
   if (memcg || oom) {
     const std::string unit = last_component(cg);
     if (in_kubepods(cg)) {
-      out +=
-          advice_line("resources: {requests: {memory: \"<more>\"}, limits: {memory: \"<more>\"}}",
-                      "the container reclaims (or is killed) at its memory limit: raise it");
+      out.code("resources: {requests: {memory: \"<more>\"}, limits: {memory: \"<more>\"}}",
+               "the container reclaims (or is killed) at its memory limit: raise it");
     } else if (unit.ends_with(".service") || unit.ends_with(".scope")) {
-      out += advice_line("systemctl set-property " + unit + " MemoryMax=<more> MemoryHigh=<more>",
-                         "the unit reclaims (or is killed) at its memory limit: raise it");
+      out.command(Command("systemctl set-property")
+                      .arg(unit)
+                      .arg("MemoryMax=<more>")
+                      .arg("MemoryHigh=<more>"),
+                  "the unit reclaims (or is killed) at its memory limit: raise it");
     } else {
-      out += advice_line(
-          "cat /sys/fs/cgroup" + cg + "/memory.max /sys/fs/cgroup" + cg + "/memory.stat",
-          "the cgroup reclaims at its limit: raise memory.max or shrink the job");
+      out.command(Command("cat")
+                      .arg("/sys/fs/cgroup" + cg + "/memory.max")
+                      .arg("/sys/fs/cgroup" + cg + "/memory.stat"),
+                  "the cgroup reclaims at its limit: raise memory.max or shrink the job");
     }
   }
   if (!memcg) {
-    out +=
-        "# the node itself ran short (direct reclaim): check free -g and vmstat 1; move other "
-        "memory-hungry workloads away or add memory\n";
+    out.note(
+        "the node itself ran short (direct reclaim): check free -g and vmstat 1; move other "
+        "memory-hungry workloads away or add memory");
   }
-  out += advice_line(
-      "DataLoader(num_workers=<fewer>, prefetch_factor=2)",
-      "every worker holds prefetch_factor batches and its own copy of the dataset object");
-  out += "# pin_memory=True page-locks every prefetched batch: it cannot be reclaimed or swapped\n";
-  out +=
-      "# keep the Dataset in numpy arrays or memory-mapped files, not Python lists of objects "
-      "(reference counts make every worker copy them)\n";
+  out.code("DataLoader(num_workers=<fewer>, prefetch_factor=2)",
+           "every worker holds prefetch_factor batches and its own copy of the dataset object");
+  out.note("pin_memory=True page-locks every prefetched batch: it cannot be reclaimed or swapped");
+  out.note(
+      "keep the Dataset in numpy arrays or memory-mapped files, not Python lists of objects "
+      "(reference counts make every worker copy them)");
   return out;
 }
 
@@ -234,7 +236,7 @@ class MemoryPressure : public Rule {
           summary_of(c, "the workload of " + process_or_workload(main, c) + " stalled on memory " +
                             percent(psi_share) + " of the window (PSI memory some)");
     }
-    c.recommendation = advise(c);
+    set_advice(c, advise(c));
     out.push_back(std::move(f));
   }
 

@@ -21,25 +21,22 @@ struct Thresholds {
   double min_excess_s = 0.005;
 };
 
-std::string advise(const Chain& c) {
-  std::string out;
+Advice advise(const Chain& c) {
+  Advice out;
   const std::string pid = std::to_string(c.pid);
-  out += advice_line(
-      "stallwatch explain --per-process --since 15m",
-      "other chains on PID " + pid + " (cpu_contention, memory_pressure) are its host cause");
+  out.command(Command("stallwatch explain --per-process --since 15m"),
+              "other chains on PID " + pid + " (cpu_contention, memory_pressure) are its host cause");
   if (c.evidence_value("op_runnable_share") >= 0.1) {
-    out += advice_line("taskset -acp <cores of its GPU's NUMA node> " + pid,
-                       "the rank waits for a CPU inside NCCL calls");
+    out.command(Command("taskset -acp").placeholder("cores of the GPU NUMA node").number(c.pid),
+                "the rank waits for a CPU inside NCCL calls");
   }
-  out += advice_line(
-      "nvidia-smi topo -m",
-      "is this rank's GPU on the far NUMA node or behind another PCIe switch than its NIC?");
-  out += advice_line(
-      "numactl --cpunodebind=<node> --membind=<node>",
-      "start each rank on its GPU's NUMA node (torchrun: one launcher per node or a wrapper)");
-  out += advice_line("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
-                     "which NIC and transport each rank chose; set CUDA_VISIBLE_DEVICES / "
-                     "NCCL_IB_HCA so every rank uses the NIC next to its GPU");
+  out.command(Command("nvidia-smi topo -m"),
+              "is this rank's GPU on the far NUMA node or behind another PCIe switch than its NIC?");
+  out.code("numactl --cpunodebind=<node> --membind=<node>",
+           "start each rank on its GPU's NUMA node (torchrun: one launcher per node or a wrapper)");
+  out.code("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
+           "which NIC and transport each rank chose; set CUDA_VISIBLE_DEVICES / "
+           "NCCL_IB_HCA so every rank uses the NIC next to its GPU");
   return out;
 }
 
@@ -195,7 +192,7 @@ class NcclStraggler : public Rule {
           human_ns(slow.t.sum_ns) + " inside them";
       c.summary = summary_of(c, rank + ", " + proc + ", takes " + times(s.ratio) +
                                     " its local peers' time in " + c.call);
-      c.recommendation = advise(c);
+      set_advice(c, advise(c));
       out.push_back(std::move(f));
     }
   }

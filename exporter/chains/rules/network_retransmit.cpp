@@ -22,22 +22,24 @@ struct Thresholds {
   double nccl_mean_ratio = 2;
 };
 
-std::string advise(const Chain& c) {
-  std::string out;
-  out += advice_line("ethtool -S <iface> | grep -iE 'err|drop|discard|crc'",
-                     "NIC and link errors that cause the retransmits");
-  out += advice_line("ss -ti state established", "which connections retransmit (retrans:, rto:)");
-  out += advice_line("ip link show <iface>",
-                     "MTU must match along the path, switch ports included (jumbo frames)");
+Advice advise(const Chain& c) {
+  Advice out;
+  out.command(Command("ethtool -S").placeholder("iface").pipe(
+                  Command("grep -iE").arg("err|drop|discard|crc")),
+              "NIC and link errors that cause the retransmits");
+  out.command(Command("ss -ti state established"),
+              "which connections retransmit (retrans:, rto:)");
+  out.command(Command("ip link show").placeholder("iface"),
+              "MTU must match along the path, switch ports included (jumbo frames)");
   if (c.api == "nccl") {
-    out += advice_line("NCCL_SOCKET_IFNAME=<fast iface> NCCL_DEBUG=INFO",
-                       "keep NCCL on the data-plane network and see which transport it chose");
-    out += advice_line("NCCL_IB_HCA=<mlx5_0,...>",
-                       "use RDMA (InfiniBand/RoCE) where the hosts have it instead of TCP sockets");
+    out.code("NCCL_SOCKET_IFNAME=<fast iface> NCCL_DEBUG=INFO",
+             "keep NCCL on the data-plane network and see which transport it chose");
+    out.code("NCCL_IB_HCA=<mlx5_0,...>",
+             "use RDMA (InfiniBand/RoCE) where the hosts have it instead of TCP sockets");
   } else {
-    out +=
-        "# the retransmits of this workload coincide with slower synchronisation: check what "
-        "it waits for over the network (parameter server, remote storage, data service)\n";
+    out.note(
+        "the retransmits of this workload coincide with slower synchronisation: check what "
+        "it waits for over the network (parameter server, remote storage, data service)");
   }
   return out;
 }
@@ -107,7 +109,7 @@ class NetworkRetransmit : public Rule {
                "retransmission timeout (200 ms or more) when fast retransmit cannot recover it";
     c.summary = summary_of(c, c.call + " in " + proc + " " + times(worst_ratio) + " slower with " +
                                   short_number(rate) + " TCP retransmits/s");
-    c.recommendation = advise(c);
+    set_advice(c, advise(c));
     out.push_back(std::move(f));
   }
 
