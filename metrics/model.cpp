@@ -301,6 +301,8 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
   // the process).
   lost.points.push_back(point(nullptr, {{"source", "library_limit"}}, count(snap.libraries_refused)));
   lost.points.push_back(point(nullptr, {{"source", "discovery_queue"}}, count(snap.discovery_dropped)));
+  // Steps of a daemon thread that threw and were skipped (a hostile input; logged once each).
+  lost.points.push_back(point(nullptr, {{"source", "thread_failure"}}, count(snap.thread_failures)));
   // Entries the LRU maps dropped to make room (a preemptor's share, an I/O request's or a
   // reclaim's duration, a communicator's rank): evidence lost without a failed insert.
   for (unsigned i = 0; i < trace::kLruMaps; ++i) {

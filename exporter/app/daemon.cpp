@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "chains/outliers.h"
+#include "common/guard.h"
 #include "app/pipeline.h"
 #include "app/store_keeper.h"
 #include "cli/check.h"
@@ -178,7 +179,8 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
-  size_t procs = discovery.scan_all();
+  size_t procs = 0;
+  run_guarded("discovery", [&] { procs = discovery.scan_all(); });
   identity::CgroupResolver resolver(*mount);
   otlp::HttpClient::global_init();  // before any thread uses curl
   if (!kube_settings->enabled) SW_LOG(kInfo) << kube_settings->why_off;
@@ -230,7 +232,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       }
     }
   };
-  window();
+  run_guarded("window", window);
   SW_LOG(kInfo) << "ready: listening on " << o.listen << ", window " << format_duration(o.window)
                 << ", " << procs << " processes with CUDA libraries, "
                 << discovery.attached_libraries() << " library files traced (cgroup2 at " << *mount
@@ -255,23 +257,29 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   // and library events wake their thread at once; the timeouts only bound how late a stop is
   // seen, so they are long enough that an idle daemon does not wake 100 times a second.
   std::atomic<bool> fatal{false};
+  // Every thread's step runs guarded (common/guard.h): what a hostile input makes one step
+  // throw is logged once and counted, and the thread goes on.
   std::thread events([&] {
     while (!g_stop) {
-      auto r = (*tracer)->poll(std::chrono::milliseconds(200));
-      if (!r) {
-        SW_LOG(kError) << r.error().message << "; exiting so that the service manager restarts us";
-        fatal = true;
-        g_stop = true;
-        break;
-      }
+      run_guarded("ring buffer intake", [&] {
+        auto r = (*tracer)->poll(std::chrono::milliseconds(200));
+        if (!r) {
+          SW_LOG(kError) << r.error().message
+                         << "; exiting so that the service manager restarts us";
+          fatal = true;
+          g_stop = true;
+        }
+      });
     }
   });
   using SteadyClock = std::chrono::steady_clock;
   std::atomic<SteadyClock::rep> discovery_alive{SteadyClock::now().time_since_epoch().count()};
   std::thread discoverer([&] {
     while (!g_stop) {
-      for (int tgid : lib_events.wait(discovery.next_wait())) discovery.handle_event(tgid);
-      discovery.tick();
+      for (int tgid : lib_events.wait(discovery.next_wait())) {
+        run_guarded("discovery", [&] { discovery.handle_event(tgid); });
+      }
+      run_guarded("discovery", [&] { discovery.tick(); });
       discovery_alive = SteadyClock::now().time_since_epoch().count();
     }
   });
@@ -299,7 +307,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       continue;
     }
     next += o.window;
-    window();
+    run_guarded("window", window);
     check_discovery();
     if (watchdog) sd_notify("WATCHDOG=1");
   }

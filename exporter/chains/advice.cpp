@@ -4,24 +4,6 @@
 
 namespace stallwatch::chains {
 
-namespace {
-
-// `s` as one printable line for a comment or a "why": escape_name's treatment of control bytes,
-// invalid UTF-8 and hostile code points, but a backslash kept as is, so that names escaped
-// where they were read (comms are) are not escaped twice. After `#` a backslash is harmless.
-std::string one_line(std::string_view s) {
-  std::string out;
-  for (;;) {
-    const size_t b = s.find('\\');
-    out += escape_name(s.substr(0, b));
-    if (b == std::string_view::npos) return out;
-    out += '\\';
-    s.remove_prefix(b + 1);
-  }
-}
-
-}  // namespace
-
 Command::Command(Words program) {
   parts_.emplace_back();
   words(program);
@@ -109,14 +91,14 @@ std::vector<std::vector<std::string>> Command::words_written() const {
 }
 
 void Advice::command(const Command& c, std::string_view why) {
-  text_ += c.text() + "   # " + one_line(why) + "\n";
+  text_ += c.text() + "   # " + escape_line(why) + "\n";
   commands_.push_back(c);
 }
 
 void Advice::code(Literal snippet, std::string_view why) {
-  text_ += std::string(snippet.text()) + "   # " + one_line(why) + "\n";
+  text_ += std::string(snippet.text()) + "   # " + escape_line(why) + "\n";
 }
 
-void Advice::note(std::string_view text) { text_ += "# " + one_line(text) + "\n"; }
+void Advice::note(std::string_view text) { text_ += "# " + escape_line(text) + "\n"; }
 
 }  // namespace stallwatch::chains

@@ -1,5 +1,7 @@
 #include "chains/rule_helpers.h"
 
+#include "common/strings.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -92,8 +94,8 @@ std::string process_text(const std::string& comm, int pid) {
 
 std::string workload_of(const Chain& c) {
   if (!c.identity.container_id.empty()) return "container " + c.identity.container_id.substr(0, 12);
-  if (!c.identity.systemd_unit.empty()) return c.identity.systemd_unit;
-  return c.identity.cgroup;
+  if (!c.identity.systemd_unit.empty()) return escape_line(c.identity.systemd_unit);
+  return escape_line(c.identity.cgroup);
 }
 
 std::string process_or_workload(const ProcessWindow* p, const Chain& c) {

@@ -376,11 +376,11 @@ CheckItem cuda_libraries_check(std::vector<CudaLibrary>& out) {
 }
 
 std::string describe_library(const CudaLibrary& lib) {
-  std::string s = "  " + lib.path + "  (" + lib.kind;
+  std::string s = "  " + escape_line(lib.path) + "  (" + lib.kind;
   if (!lib.mapped) return s + ", not mapped)";
   s += ", mapped by";
   for (size_t i = 0; i < lib.pids.size() && i < kMaxPidsListed; ++i) {
-    s += (i == 0 ? " pid " : ", pid ") + std::to_string(lib.pids[i]) + " " + lib.comms[i];
+    s += (i == 0 ? " pid " : ", pid ") + std::to_string(lib.pids[i]) + " " + escape_line(lib.comms[i]);
   }
   if (lib.pids.size() > kMaxPidsListed) {
     s += ", and " + std::to_string(lib.pids.size() - kMaxPidsListed) + " more";
@@ -518,7 +518,7 @@ int check_main(const std::vector<std::string>& args) {
     return 0;
   }
   const CheckReport report = run_checks(o->db);
-  std::cout << (o->json ? render_json(report) + "\n" : render_text(report)) << std::flush;
+  std::cout << (o->json ? render_json(report) + "\n" : escape_text(render_text(report))) << std::flush;
   return report.tracing_possible() ? 0 : 1;
 }
 

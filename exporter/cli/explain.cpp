@@ -1,3 +1,4 @@
+#include "common/strings.h"
 #include "cli/explain.h"
 
 #include <unistd.h>
@@ -235,7 +236,9 @@ int run_explain(const ExplainOptions& o, std::int64_t now_ns, const std::string&
     return 1;
   }
   report->host.hostname = hostname;
-  out << (o.json ? render_explain_json(*report) + "\n" : render_explain_text(*report));
+  // The text goes to a terminal: whatever a name smuggled past the fields' own escaping cannot
+  // drive it (ESC, CSI, bidi overrides).
+  out << (o.json ? render_explain_json(*report) + "\n" : escape_text(render_explain_text(*report)));
   out.flush();
   return out ? 0 : 1;
 }

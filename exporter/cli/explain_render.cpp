@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/duration.h"
+#include "common/strings.h"
 #include "identity/cgroup_identity.h"
 
 namespace stallwatch::cli {
@@ -164,7 +165,7 @@ std::string kube_label(const std::string& pod, const std::string& ns, const std:
 
 // The name a person knows a cgroup by: its pod and container by name, else its container (and
 // pod UID), Slurm job or systemd unit; the path itself when none of them is in it.
-std::string workload_label(const std::string& cgroup, const Names& names) {
+std::string unescaped_label(const std::string& cgroup, const Names& names) {
   if (auto it = names.find(cgroup); it != names.end()) {
     return kube_label(it->second.pod, it->second.pod_namespace, it->second.container);
   }
@@ -179,6 +180,11 @@ std::string workload_label(const std::string& cgroup, const Names& names) {
   }
   if (!id.systemd_unit.empty()) return id.systemd_unit;
   return cgroup;
+}
+
+// The same, escaped: a cgroup, pod or unit name is any local user's choice.
+std::string workload_label(const std::string& cgroup, const Names& names) {
+  return escape_line(unescaped_label(cgroup, names));
 }
 
 std::string process_name(const std::string& comm, int pid) {
@@ -215,11 +221,12 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, c
     label = "container " + c.container_id.substr(0, 12) +
             (c.pod_uid.empty() ? "" : ", pod " + c.pod_uid);
   }
-  if (label.empty()) label = workload_label(c.cgroup, names);
+  label = label.empty() ? workload_label(c.cgroup, names) : escape_line(label);
+  const std::string cgroup = escape_line(c.cgroup);
   field(out, "Workload",
-        label == c.cgroup ? std::vector<std::string>{c.cgroup}
-                          : std::vector<std::string>{label, c.cgroup});
-  if (c.pid != 0) field(out, "Process", {process_name(c.comm, c.pid)});
+        label == cgroup ? std::vector<std::string>{cgroup}
+                        : std::vector<std::string>{label, cgroup});
+  if (c.pid != 0) field(out, "Process", {escape_line(process_name(c.comm, c.pid))});
   field(out, "Root", lines_of(c.root_cause));
   std::vector<std::string> effect;
   if (!c.call.empty() && c.p99_s > 0) effect.push_back(latency_line(c));
@@ -272,7 +279,7 @@ std::string call_line(const store::CallStats& c, size_t name_width) {
 }
 
 void render_process(std::string& out, const ProcessStats& p, const Names& names) {
-  out += process_name(p.comm, p.pid) + "  " + workload_label(p.cgroup, names) + "\n";
+  out += escape_line(process_name(p.comm, p.pid)) + "  " + workload_label(p.cgroup, names) + "\n";
   size_t width = 0;
   for (const auto& c : p.calls) width = std::max(width, c.call.size());
   for (const auto& c : p.calls) out += "  " + call_line(c, width) + "\n";
@@ -357,7 +364,7 @@ std::string render_explain_text(const Report& r) {
   std::string out = "stallwatch explain: host " +
                     (r.host.hostname.empty() ? std::string("?") : r.host.hostname) + ", " +
                     utc_datetime(start) + " to " + when(now, start) + " UTC (" + last + ")\n";
-  if (!r.query.cgroup.empty()) out += "Cgroup: " + r.query.cgroup + " and below\n";
+  if (!r.query.cgroup.empty()) out += "Cgroup: " + escape_line(r.query.cgroup) + " and below\n";
   out += "\n";
 
   if (r.host.windows == 0 && r.chains.empty()) {
@@ -389,7 +396,7 @@ std::string render_explain_text(const Report& r) {
         out += "  " + label + ": " + thousands(t.processes) +
                (t.processes == 1 ? " process, " : " processes, ") + thousands(t.calls) +
                " CUDA calls\n";
-        if (label != t.cgroup) out += "    " + t.cgroup + "\n";
+        if (label != escape_line(t.cgroup)) out += "    " + escape_line(t.cgroup) + "\n";
       }
     }
   } else {

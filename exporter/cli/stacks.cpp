@@ -1,3 +1,4 @@
+#include "common/strings.h"
 #include "cli/stacks.h"
 
 #include <chrono>
@@ -135,7 +136,7 @@ int stacks_main(const std::vector<std::string>& args) {
     }
     return 1;
   }
-  std::cout << out;
+  std::cout << escape_text(out);
   if (lines == 0) {
     std::cerr << kPrefix << "no call sites in the period: no call reached the daemon's "
                             "--outlier-threshold, or it runs with --stacks=off\n";

@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "common/json.h"
+#include "common/strings.h"
 
 namespace stallwatch {
 namespace {
@@ -84,8 +85,10 @@ std::string format_log_line(LogFormat format, LogLevel level,
 }
 
 void log_line(LogLevel level, const std::string& message) {
+  // One escaper for every line (issue #35): a host word that reached a message unescaped can
+  // neither start a line of its own nor drive the terminal (ESC, CSI, bidi overrides).
   const std::string line = format_log_line(static_cast<LogFormat>(g_format.load()), level,
-                                           std::chrono::system_clock::now(), message);
+                                           std::chrono::system_clock::now(), escape_line(message));
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
 }

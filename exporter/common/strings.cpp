@@ -152,6 +152,25 @@ std::string escape_name(std::string_view s) {
 
 namespace {
 
+// escape_name over each piece of `s` between `keep` bytes, which are copied as they are.
+std::string escape_between(std::string_view s, std::string_view keep) {
+  std::string out;
+  for (;;) {
+    const size_t k = s.find_first_of(keep);
+    out += escape_name(s.substr(0, k));
+    if (k == std::string_view::npos) return out;
+    out += s[k];
+    s.remove_prefix(k + 1);
+  }
+}
+
+}  // namespace
+
+std::string escape_line(std::string_view s) { return escape_between(s, "\\"); }
+std::string escape_text(std::string_view s) { return escape_between(s, "\\\n"); }
+
+namespace {
+
 // Whether `s` holds a byte a terminal or bash would not show as itself inside '...': a control
 // character, an invalid UTF-8 sequence, a C1 control or a bidi override.
 bool needs_ansi_c(std::string_view s) {

@@ -42,6 +42,14 @@ bool is_hostile_code_point(std::uint32_t cp);
 // or stored goes through this first.
 std::string escape_name(std::string_view s);
 
+// escape_name's treatment, but a backslash kept as is: one printable line from text that may
+// hold names already escaped where they were read (comms are), without escaping them twice.
+// Every log line's message and every host word in a line of CLI output goes through this.
+std::string escape_line(std::string_view s);
+// The same for text of several lines (a rendered report): a newline is kept too. A name must
+// still be escaped with escape_line where it enters the text, or it could start a line of its own.
+std::string escape_text(std::string_view s);
+
 // `s` as one shell word: single-quoted, a ' inside written '\''; where `s` holds a control
 // byte, invalid UTF-8 or a hostile code point, ANSI-C quoted instead ($'...' with \xNN), so the
 // word stays on one printable line and bash still reads back exactly the bytes of `s`. For

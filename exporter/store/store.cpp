@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include "common/guard.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -365,7 +367,12 @@ Result<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
   impl->counters.db_bytes = database_bytes(db, path);
 
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->run(); });
+  // run() returns at stop; should a batch make it throw, the writer logs it once and goes on.
+  impl->thread = std::thread([raw] {
+    while (!run_guarded("store writer", [raw] { raw->run(); })) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 

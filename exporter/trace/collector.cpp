@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/guard.h"
+
 namespace stallwatch::trace {
 
 Collector::Collector(std::vector<std::unique_ptr<Source>> sources,
@@ -129,6 +131,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   snap->attached_probes = counts.attached_probes;
   snap->libraries_refused = counts.libraries_refused;
   snap->discovery_dropped = counts.discovery_dropped;
+  snap->thread_failures = guarded_failures();
   if (options_.kube) snap->kube = options_.kube->stats();
   snap->ready = true;
   return snap;

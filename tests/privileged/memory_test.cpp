@@ -10,7 +10,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "support/evidence.h"
 #include "support/harness.h"
@@ -139,6 +143,58 @@ TEST_F(Memory, OomKillOfANonCudaProcessCountsOnceAsOtherInItsCgroup) {
   auto chains = wait_chain(*daemon_, "memory_pressure", label, std::chrono::seconds(20), &raw);
   EXPECT_FALSE(chains.empty()) << "no memory_pressure chain after an OOM kill in " << label << ":\n"
                                << raw;
+  cuda.stop();
+}
+
+// Issue #35 row 1: a cgroup named to inject a command, and one OOM kill in it. memory_pressure's
+// Fix printed the path raw (cat /sys/fs/cgroup<cg>/memory.max), so pasting it ran `echo
+// INJECTED`. Here the Fix is pasted into bash for real (PATH emptied: nothing but builtins can
+// run) and nothing may print INJECTED; the name's ESC reaches neither the daemon's log nor
+// explain's text.
+TEST_F(Memory, HostileCgroupNameInTheFixIsNeverRun) {
+  MemoryCgroup cg(unique("inject;echo${IFS}INJECTED;#\x1b[31m"), 32 * kMiB);
+  ASSERT_TRUE(cg.ok()) << cg.error();
+  Child cuda = start_cuda(cg);
+  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
+  Spawn hog;
+  hog.argv = {DATA_WORKER_BIN, "--alloc-mb", "256", "--step-ms", "2"};
+  cg.place(hog);
+  EXPECT_EQ(Child(hog).wait(std::chrono::seconds(60)), 128 + SIGKILL) << "not OOM-killed";
+  ASSERT_EQ(cg.oom_kills(), 1u) << cg.memory_dir();
+  // The chain from explain's JSON, parsed whole: its cgroup holds an ESC, escaped there.
+  std::string raw, fix;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (fix.empty() && std::chrono::steady_clock::now() < deadline) {
+    explain_chains(*daemon_, &raw);
+    const auto report = nlohmann::json::parse(raw, nullptr, false);
+    if (report.is_object() && report.contains("chains")) {
+      for (const auto& c : report["chains"]) {
+        if (c.value("kind", "") == "memory_pressure" && c.value("cgroup", "") == cg.label()) {
+          fix = c.value("recommendation", "");
+        }
+      }
+    }
+    if (fix.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ASSERT_FALSE(fix.empty()) << "no memory_pressure chain after an OOM kill:\n" << raw;
+  ASSERT_NE(fix.find("/memory.max"), std::string::npos) << fix;
+  const std::string script = "/tmp/stallwatch-fix-" + std::to_string(getpid()) + ".sh";
+  std::ofstream(script) << fix;
+  const std::string ran = capture("env -i PATH=/nonexistent bash " + script + " 2>&1");
+  std::remove(script.c_str());
+  std::istringstream lines(ran);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_NE(line, "INJECTED") << "the Fix ran the cgroup name:\n" << fix;
+  }
+  EXPECT_EQ(fix.find('\x1b'), std::string::npos) << fix;
+  std::ifstream log(daemon_->log_path());
+  const std::string logged((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(logged.find("chain opened: "), std::string::npos);
+  EXPECT_EQ(logged.find('\x1b'), std::string::npos) << "a raw ESC reached the log";
+  const std::string text = capture(std::string(STALLWATCH_BIN) + " explain --db " +
+                                   daemon_->db_path() + " --since 1h");
+  EXPECT_NE(text.find("\\x1b[31m"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << "a raw ESC reached explain's text";
   cuda.stop();
 }
 

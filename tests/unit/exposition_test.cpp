@@ -278,8 +278,9 @@ TEST(ExpositionTest, DaemonFamilies) {
   std::size_t lost = 0;
   for (const std::string& l : lines_of(text))
     lost += l.starts_with("stallwatch_events_lost_total{");
-  // + the daemon's two and the LRU maps' drops
-  EXPECT_EQ(lost, static_cast<std::size_t>(SW_LOST_MAX) + 2 + SW_LRU_MAX);
+  // + the daemon's three (library limit, discovery queue, thread failures) and the LRU maps' drops
+  EXPECT_EQ(lost, static_cast<std::size_t>(SW_LOST_MAX) + 3 + SW_LRU_MAX);
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_events_lost_total{source="thread_failure"} 0)"));
 }
 
 TEST(ExpositionTest, LostSourceNames) {
