@@ -14,6 +14,7 @@
 
 #include "chains/outliers.h"
 #include "common/guard.h"
+#include "common/privileges.h"
 #include "app/pipeline.h"
 #include "app/store_keeper.h"
 #include "cli/check.h"
@@ -116,16 +117,6 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     return 1;
   }
 
-  // The store may fail; tracing and /metrics may not (app/store_keeper.h).
-  std::unique_ptr<app::StoreKeeper> keeper;
-  if (o.db != "none") {
-    store::StoreOptions sopts;
-    sopts.path = o.db;
-    sopts.max_bytes = o.max_db;
-    sopts.retention = o.retention;
-    keeper = std::make_unique<app::StoreKeeper>(sopts);
-  }
-  store::Store* db = keeper ? keeper->get() : nullptr;
 
   metrics::SnapshotBoard board;
   metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
@@ -141,6 +132,26 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     SW_LOG(kError) << http.error().message;
     return 1;
   }
+
+  // From here on (the listener is bound: a port below 1024 needed CAP_NET_BIND_SERVICE) this
+  // thread, and every thread it starts (store writer, ring-buffer intake, discovery), holds
+  // only what tracing needs: the set the systemd unit bounds the daemon to. Run as plain root,
+  // the threads that parse hostile ELF files, /proc and Python memory no longer hold
+  // CAP_SETUID, CAP_SYS_MODULE, CAP_NET_ADMIN and the rest (issue #35; docs/security.md).
+  if (auto dropped = limit_thread_capabilities(kTracingCapabilities); !dropped) {
+    SW_LOG(kWarn) << dropped.error().message;
+  }
+
+  // The store may fail; tracing and /metrics may not (app/store_keeper.h).
+  std::unique_ptr<app::StoreKeeper> keeper;
+  if (o.db != "none") {
+    store::StoreOptions sopts;
+    sopts.path = o.db;
+    sopts.max_bytes = o.max_db;
+    sopts.retention = o.retention;
+    keeper = std::make_unique<app::StoreKeeper>(sopts);
+  }
+  store::Store* db = keeper ? keeper->get() : nullptr;
 
   trace::TracerOptions topts;
   topts.outlier_threshold = o.outlier_threshold;

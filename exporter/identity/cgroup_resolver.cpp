@@ -46,8 +46,10 @@ constexpr int kMaxDepth = 256;  // far beyond cgroup.max.depth in practice; guar
 
 // Records every directory below `dir_fd` (whose relative path is `rel`, "" for the root).
 // Directories that vanish or cannot be opened are skipped: cgroups come and go during a walk.
+// At most `room` entries are added to `out`; directories past that are counted in *over.
 void walk_dir(int dir_fd, const std::string& rel, int depth,
-              std::unordered_map<std::uint64_t, std::string>& out) {
+              std::unordered_map<std::uint64_t, std::string>& out, std::size_t room,
+              std::uint64_t* over) {
   std::unique_ptr<DIR, DirCloser> dir(fdopendir(dir_fd));
   if (!dir) {
     close(dir_fd);
@@ -60,13 +62,17 @@ void walk_dir(int dir_fd, const std::string& rel, int depth,
     struct stat st;
     if (fstatat(dirfd(dir.get()), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (!S_ISDIR(st.st_mode)) continue;
+    if (out.size() >= room && !out.contains(static_cast<std::uint64_t>(st.st_ino))) {
+      ++*over;
+      continue;
+    }
     std::string child = rel + "/" + e->d_name;
+    out.insert_or_assign(static_cast<std::uint64_t>(st.st_ino), child);
     if (depth < kMaxDepth) {
       const int child_fd =
           openat(dirfd(dir.get()), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (child_fd >= 0) walk_dir(child_fd, child, depth + 1, out);
+      if (child_fd >= 0) walk_dir(child_fd, child, depth + 1, out, room, over);
     }
-    out.insert_or_assign(static_cast<std::uint64_t>(st.st_ino), std::move(child));
   }
 }
 
@@ -102,7 +108,8 @@ std::optional<std::string> find_cgroup2_mount() {
   return find_cgroup2_mount(text.str());
 }
 
-CgroupResolver::CgroupResolver(std::string mount) : mount_(std::move(mount)) {
+CgroupResolver::CgroupResolver(std::string mount, ResolverLimits limits)
+    : mount_(std::move(mount)), limits_(limits) {
   while (mount_.size() > 1 && mount_.back() == '/') mount_.pop_back();
 }
 
@@ -123,12 +130,27 @@ const std::string& CgroupResolver::mount() const { return mount_; }
 std::size_t CgroupResolver::cached() const { return paths_.size(); }
 
 void CgroupResolver::forget_missing() {
-  std::erase_if(paths_, [this](const auto& entry) {
-    const std::string full = entry.second == "/" ? mount_ : mount_ + entry.second;
+  if (paths_.empty()) return;
+  // A slice of the cache per call, resuming where the last one stopped: a stale entry is found
+  // within size / check_per_call windows, and a huge tree costs a bounded number of lstat calls.
+  const std::size_t n = paths_.size();
+  const std::size_t budget = std::min(n, limits_.check_per_call);
+  if (check_cursor_ >= n) check_cursor_ = 0;
+  auto it = std::next(paths_.begin(), static_cast<std::ptrdiff_t>(check_cursor_));
+  std::vector<std::uint64_t> gone;
+  for (std::size_t i = 0; i < budget; ++i) {
+    if (it == paths_.end()) it = paths_.begin();
+    const auto& [id, rel] = *it;
+    const std::string full = rel == "/" ? mount_ : mount_ + rel;
     struct stat st;
-    return lstat(full.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-           static_cast<std::uint64_t>(st.st_ino) != entry.first;
-  });
+    if (lstat(full.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        static_cast<std::uint64_t>(st.st_ino) != id) {
+      gone.push_back(id);
+    }
+    ++it;
+  }
+  check_cursor_ = (check_cursor_ + budget) % n;
+  for (std::uint64_t id : gone) paths_.erase(id);
 }
 
 void CgroupResolver::walk() {
@@ -137,7 +159,7 @@ void CgroupResolver::walk() {
   if (root_fd < 0) return;
   struct stat st;
   if (fstat(root_fd, &st) == 0) paths_.insert_or_assign(static_cast<std::uint64_t>(st.st_ino), "/");
-  walk_dir(root_fd, "", 0, paths_);
+  walk_dir(root_fd, "", 0, paths_, std::max<std::size_t>(limits_.max_cgroups, 1), &over_limit_);
 }
 
 }  // namespace stallwatch::identity

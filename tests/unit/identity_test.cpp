@@ -284,6 +284,28 @@ TEST_F(CgroupResolverTest, RescansAtMostEveryIntervalAndForgetsRemoved) {
   EXPECT_EQ(resolver.path_of(fresh), "/c/new");
 }
 
+// Issue #35 row 14: a user with a delegated subtree can make thousands of cgroups. A walk
+// records at most max_cgroups of them (and counts the rest), and forget_missing checks a
+// bounded slice of the cache per call instead of lstat'ing every cached path every window.
+TEST_F(CgroupResolverTest, WalkAndChecksAreBounded) {
+  for (int i = 0; i < 200; ++i) std::filesystem::create_directory(root_ / "c" / std::to_string(i));
+  ResolverLimits limits;
+  limits.max_cgroups = 50;
+  limits.check_per_call = 10;
+  CgroupResolver resolver(root_.string(), limits);
+  EXPECT_TRUE(resolver.path_of(inode_of(root_)).has_value());
+  EXPECT_EQ(resolver.cached(), 50u);
+  // Those met and not recorded (a skipped directory's children are never met): 153 or so.
+  EXPECT_GE(resolver.over_limit(), 100u);
+
+  std::filesystem::remove_all(root_ / "c");
+  std::filesystem::remove_all(root_ / "a");
+  resolver.forget_missing();
+  EXPECT_EQ(resolver.cached(), 40u) << "one call checks at most 10 entries";
+  for (int i = 0; i < 10; ++i) resolver.forget_missing();
+  EXPECT_EQ(resolver.cached(), 1u) << "in a few calls every stale entry is gone; the root stays";
+}
+
 TEST(CgroupResolver, MissingMountResolvesNothing) {
   CgroupResolver resolver("/nonexistent/stallwatch/cgroup");
   EXPECT_EQ(resolver.path_of(1), std::nullopt);

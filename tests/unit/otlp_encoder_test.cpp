@@ -229,8 +229,8 @@ TEST(OtlpMetricsTest, CumulativeNamesUnitsResourcesAndBuckets) {
   EXPECT_EQ(attribute(build[0].resource, 1, "stallwatch.cgroup"), "<absent>");
   EXPECT_EQ(attribute(build[0].point, 7, "version"), "9.9.9");
   auto lost = select(points, "stallwatch.events.lost");
-  // + library_limit, discovery_queue, and the LRU maps' drops
-  EXPECT_EQ(lost.size(), static_cast<size_t>(SW_LOST_MAX) + 2 + SW_LRU_MAX);
+  // + library_limit, discovery_queue, thread_failure, and the LRU maps' drops
+  EXPECT_EQ(lost.size(), static_cast<size_t>(SW_LOST_MAX) + 3 + SW_LRU_MAX);
 }
 
 TEST(OtlpMetricsTest, EveryFamilyHasItsOwnName) {
