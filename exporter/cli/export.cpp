@@ -1,13 +1,14 @@
 #include "cli/export.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <tuple>
@@ -396,6 +397,40 @@ std::string chrome_trace_json(const Timeline& t) {
   return dump_json(doc) + "\n";
 }
 
+namespace {
+
+// `bytes` into a new file beside `path`, then renamed over it: a reader never sees half a trace.
+// The temporary name is random and created with O_EXCL (mkostemp), which refuses any existing
+// name, a symlink included, so a link planted in the directory (FILE.tmp -> /etc/shadow, when
+// root exports into /tmp) is never written through; rename() replaces a link at `path` itself,
+// not its target. Mode 0600: the trace names the host's processes and cgroups.
+Result<Ok> write_replacing(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return make_error("cannot write " + escape_name(path) + ": " + std::strerror(e) +
+                          " (creating a temporary file beside it); pass -o in a directory you "
+                          "can write",
+                      e);
+  }
+  int e = 0;
+  for (size_t done = 0; done < bytes.size() && e == 0;) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno != EINTR) e = errno;
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 && e == 0) e = errno;
+  if (e == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) e = errno;
+  if (e != 0) {
+    ::unlink(tmp.c_str());
+    return make_error("cannot write " + escape_name(path) + ": " + std::strerror(e), e);
+  }
+  return Ok{};
+}
+
+}  // namespace
+
 int export_main(const std::vector<std::string>& args) {
   po::options_description desc;
   // clang-format off
@@ -482,18 +517,9 @@ int export_main(const std::vector<std::string>& args) {
     std::cout.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     std::cout.flush();
     if (!std::cout) return 1;
-  } else {
-    // Written next to the target and renamed: a reader never sees half a trace.
-    const std::string tmp = output + ".tmp";
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f || std::rename(tmp.c_str(), output.c_str()) != 0) {
-      const int e = errno;
-      std::remove(tmp.c_str());
-      std::cerr << kPrefix << "cannot write " << output << ": " << std::strerror(e) << "\n";
-      return 1;
-    }
+  } else if (auto written = write_replacing(output, bytes); !written) {
+    std::cerr << kPrefix << written.error().message << "\n";
+    return 1;
   }
   const auto& t = *timeline;
   std::cerr << kPrefix << "wrote " << (output == "-" ? std::string("standard output") : output)

@@ -1,6 +1,7 @@
 #include "identity/kube_metadata.h"
 
 #include <curl/curl.h>
+#include <algorithm>
 #include <cctype>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "common/duration.h"
 #include "common/log.h"
 #include "common/privileges.h"
+#include "common/redact.h"
 #include "common/strings.h"
 
 namespace stallwatch::identity {
@@ -153,10 +155,22 @@ Result<KubeSettings> resolve_kube_settings(const std::string& api_flag,
     s.api_url = "https://" + h + ":" + (port && *port ? port : "443");
   } else {
     if (api_flag.rfind("http://", 0) != 0 && api_flag.rfind("https://", 0) != 0) {
-      return make_error("--kube-api: '" + api_flag +
+      return make_error("--kube-api: '" + redact_url(api_flag) +
                         "' is not an http(s) URL (e.g. https://10.96.0.1:443, or none)");
     }
+    if (api_flag.find_first_of("?#") != std::string::npos) {
+      return make_error("--kube-api: '" + redact_url(api_flag) +
+                        "' with a ?query or #fragment: pass the API server's base URL only (e.g. "
+                        "https://10.96.0.1:443); the token comes from the service account");
+    }
     s.api_url = std::string(trim_right(api_flag, "/"));
+    // user:password@ moves out of the URL, so no log line or check can print it.
+    const size_t authority = s.api_url.find("://") + 3;
+    const size_t path = std::min(s.api_url.find('/', authority), s.api_url.size());
+    if (const size_t at = s.api_url.rfind('@', path); at != std::string::npos && at >= authority) {
+      s.api_userinfo = s.api_url.substr(authority, at - authority);
+      s.api_url.erase(authority, at + 1 - authority);
+    }
     if (s.api_url.rfind("http://", 0) == 0) {
       // The host part exactly: localhost, [::1], or an IPv4 literal in 127.0.0.0/8.
       std::string host = s.api_url.substr(7);
@@ -286,8 +300,11 @@ void KubeMetadata::refresher() {
 }
 
 void KubeMetadata::list_once() {
-  const std::string url = settings_.api_url + "/api/v1/pods?fieldSelector=" +
-                          url_escape("spec.nodeName=" + settings_.node) + "&resourceVersion=0";
+  std::string url = settings_.api_url + "/api/v1/pods?fieldSelector=" +
+                    url_escape("spec.nodeName=" + settings_.node) + "&resourceVersion=0";
+  if (!settings_.api_userinfo.empty()) {
+    url.insert(url.find("://") + 3, settings_.api_userinfo + "@");  // curl's basic auth
+  }
   std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
   Download d;
   d.stopping = &stopping_;
@@ -325,17 +342,19 @@ void KubeMetadata::list_once() {
   if (d.too_large) {
     failure = "the answer is larger than " + std::to_string(kMaxListBytes >> 20) + " MiB";
   } else if (code != CURLE_OK) {
-    failure = std::string(curl_easy_strerror(code)) + (*curl_error ? std::string(": ") + curl_error : "");
+    failure = std::string(curl_easy_strerror(code)) +
+              (*curl_error ? ": " + redact_text(curl_error, {token}) : std::string());
     hint = "check that the API server is reachable from the node (hostNetwork, NetworkPolicy)";
   } else if (status != 200) {
-    failure = "HTTP " + std::to_string(status) + ": " + d.body.substr(0, 200);
+    // The body is the API server's (or a proxy's) text: escaped, cut, our token redacted.
+    failure = "HTTP " + std::to_string(status) + ": " + redact_text(d.body, {token}, 200);
     if (status == 401) hint = "the service account token is missing or expired (" + settings_.token_path + ")";
     if (status == 403) {
       hint = "the service account may not list pods: apply deploy/kubernetes/rbac.yaml "
              "(get, list, watch on pods)";
     }
   } else if (pods = parse_pod_list(d.body); !pods) {
-    failure = pods.error().message;
+    failure = redact_text(pods.error().message, {token}, 300);
   }
 
   if (!failure.empty()) {
@@ -344,8 +363,9 @@ void KubeMetadata::list_once() {
       ++stats_.lists_failed;
     }
     if (!failing_) {  // once per spell of failures, not per attempt
-      SW_LOG(kWarn) << "Kubernetes metadata: cannot list the pods of node " << settings_.node
-                    << " from " << settings_.api_url << ": " << failure
+      SW_LOG(kWarn) << "Kubernetes metadata: cannot list the pods of node "
+                    << escape_name(settings_.node) << " from " << redact_url(settings_.api_url)
+                    << ": " << failure
                     << " (keeping the last names known; retrying every "
                     << format_duration(settings_.refresh) << ")";
       if (!hint.empty()) SW_LOG(kHint) << hint;
@@ -359,8 +379,9 @@ void KubeMetadata::list_once() {
     ++stats_.lists_ok;
   }
   if (failing_ || stats().lists_ok == 1) {
-    SW_LOG(kInfo) << "Kubernetes metadata: " << pods->size() << " pods on node " << settings_.node
-                  << " (from " << settings_.api_url << ", node name from "
+    SW_LOG(kInfo) << "Kubernetes metadata: " << pods->size() << " pods on node "
+                  << escape_name(settings_.node) << " (from " << redact_url(settings_.api_url)
+                  << ", node name from "
                   << settings_.node_source << ")";
   }
   failing_ = false;

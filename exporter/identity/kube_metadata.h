@@ -71,7 +71,11 @@ std::string strip_container_scheme(std::string_view container_id);
 struct KubeSettings {
   bool enabled = false;
   std::string why_off;  // when !enabled: the one line saying why (logged once)
-  std::string api_url;  // https://10.96.0.1:443, no trailing '/'
+  // https://10.96.0.1:443, no trailing '/', no credentials: safe to show in a log line or check.
+  std::string api_url;
+  // The user:password of a --kube-api URL (percent-encoded as given), kept out of api_url so
+  // that no line can print it; put back only into the request's URL.
+  std::string api_userinfo;
   // The service-account token goes only over TLS or to a loopback address (kubectl proxy):
   // never in the clear across the network (issue #15).
   bool send_token = true;
@@ -88,7 +92,8 @@ using Getenv = std::function<const char*(const char*)>;
 
 // From --kube-api ("" = auto: on inside a pod, from KUBERNETES_SERVICE_HOST/_PORT; "none" = off;
 // else an http(s) URL) and --kube-node ("" = $NODE_NAME, else the hostname). Fails with one line
-// on a malformed URL.
+// on a malformed URL, or one with a ?query or #fragment (never part of an API server's base
+// address, and where a token would hide); errors show the URL without credentials.
 Result<KubeSettings> resolve_kube_settings(const std::string& api_flag,
                                            const std::string& node_flag,
                                            std::chrono::milliseconds refresh,

@@ -1,16 +1,21 @@
 #include "metrics/otlp/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
-
-#include <unistd.h>
+#include <fstream>
 
 #include "common/duration.h"
+#include "common/log.h"
+#include "common/redact.h"
 #include "common/size.h"
 #include "common/strings.h"
+#include "metrics/otlp/headers_file.h"
 
 namespace stallwatch::otlp {
 namespace {
@@ -86,15 +91,22 @@ void merge(Headers& into, const Headers& from) {
 
 }  // namespace
 
-// Everything up to the last '@' goes, even one in a path or query: better an odd line than a
-// leaked password that contains a raw '/' or '?'.
-std::string redact_url(const std::string& url) {
-  const size_t scheme = url.find("://");
-  const size_t host = scheme == std::string::npos ? 0 : scheme + 3;
-  const size_t at = url.rfind('@');
-  std::string out = url.substr(0, host);
-  out += std::string_view(url).substr(at == std::string::npos || at < host ? host : at + 1);
-  return out.substr(0, out.find_first_of("?#"));
+std::string redact_url(const std::string& url) { return stallwatch::redact_url(url); }
+
+std::vector<std::string> secret_headers_on_command_line(const std::vector<std::string>& headers,
+                                                        const std::vector<std::string>& argv) {
+  std::vector<std::string> names;
+  for (const auto& h : headers) {
+    const std::string name(trim(std::string_view(h).substr(0, h.find('='))));
+    if (!looks_secret(name)) continue;
+    const bool given = std::any_of(argv.begin(), argv.end(), [&](const std::string& a) {
+      return a == h || a.ends_with("=" + h);  // --otlp-header K=V, --otlp-header=K=V
+    });
+    if (given && std::find(names.begin(), names.end(), name) == names.end()) {
+      names.push_back(name);
+    }
+  }
+  return names;
 }
 
 Result<Headers> parse_key_value_list(const std::string& text, const std::string& what) {
@@ -124,8 +136,12 @@ const std::vector<PushFlagInfo>& push_flag_infos() {
        "push OTLP/HTTP (protobuf) to URL: /v1/metrics and /v1/logs are appended (a URL ending "
        "in /v1/metrics is used as is); default $OTEL_EXPORTER_OTLP_ENDPOINT, off without it"},
       {"otlp-logs-endpoint", "where chain log records go (default: beside the metrics; none: off)"},
-      {"otlp-header", "KEY=VALUE header on every request, e.g. dd-api-key=...; repeatable "
-                      "(adds to $OTEL_EXPORTER_OTLP_HEADERS)", true},
+      {"otlp-header", "KEY=VALUE header on every request, e.g. x-scope-orgid=ml; repeatable "
+                      "(adds to $OTEL_EXPORTER_OTLP_HEADERS). Not for API keys: every local "
+                      "user can read the command line; use --otlp-headers-file", true},
+      {"otlp-headers-file", "file of headers for every request, one name=value a line (# "
+                            "comments), e.g. dd-api-key=<key>: where credentials go; owned by "
+                            "root or this user, not writable by group or others"},
       {"otlp-temporality", "cumulative, delta or lowmemory (= delta here) (default cumulative; "
                            "Datadog wants delta)"},
       {"otlp-histogram", "explicit (Prometheus' buckets) or exponential (base-2, scale 0) "
@@ -159,6 +175,8 @@ Result<Ok> set_push_flag(PushFlags& flags, const std::string& name, const std::s
     flags.logs_endpoint = value;
   } else if (name == "otlp-header") {
     flags.headers.push_back(value);
+  } else if (name == "otlp-headers-file") {
+    flags.headers_file = value;
   } else if (name == "otlp-temporality") {
     flags.temporality = value;
   } else if (name == "otlp-histogram") {
@@ -307,12 +325,24 @@ Result<PushConfig> resolve_push_config(const PushFlags& given, const PushFlags& 
       const size_t eq = h.find('=');
       if (eq == std::string::npos || trim(h.substr(0, eq)).empty()) {
         return make_error("--otlp-header number " + std::to_string(i + 1) + where +
-                          " is not KEY=VALUE (e.g. --otlp-header dd-api-key=$DD_API_KEY)");
+                          " is not KEY=VALUE (e.g. --otlp-header x-scope-orgid=ml; API keys go "
+                          "in --otlp-headers-file)");
       }
       into.emplace_back(trim(h.substr(0, eq)), trim(h.substr(eq + 1)));
     }
     return Ok{};
   };
+  // A layer's headers file first, then its --otlp-header values (they name one header each).
+  if (!given.headers_file.empty()) {
+    auto h = read_headers_file(given.headers_file, "--otlp-headers-file");
+    if (!h) return h.error();
+    merge(flag_headers, *h);
+  }
+  if (!file.headers_file.empty()) {
+    auto h = read_headers_file(file.headers_file, "the config file's otlp-headers-file");
+    if (!h) return h.error();
+    merge(file_headers, *h);
+  }
   if (auto r = parse_flag_headers(flags.headers, flag_headers, ""); !r) return r.error();
   if (auto r = parse_flag_headers(file.headers, file_headers, " in the config file"); !r) {
     return r.error();
@@ -481,6 +511,18 @@ Result<PushConfig> push_config_from_environment(const PushFlags& flags, const st
 
 Result<PushConfig> push_config_from_environment(const PushFlags& flags, const PushFlags& file,
                                                 const std::string& version) {
+  static std::atomic<bool> warned{false};
+  if (!flags.headers.empty() && !warned.exchange(true)) {
+    std::vector<std::string> argv;
+    std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+    for (std::string arg; std::getline(cmdline, arg, '\0');) argv.push_back(arg);
+    for (const auto& name : secret_headers_on_command_line(flags.headers, argv)) {
+      SW_LOG(kWarn) << "--otlp-header " << escape_name(name)
+                    << "=... is on the command line, which every local user can read "
+                       "(/proc/PID/cmdline); move it to --otlp-headers-file FILE (mode 600) or "
+                       "OTEL_EXPORTER_OTLP_HEADERS";
+    }
+  }
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
   return resolve_push_config(flags, file, [](const char* name) { return std::getenv(name); },

@@ -2,7 +2,10 @@
 // variables (flags win), validated into one PushConfig. Pure apart from the environment lookup,
 // which the caller passes in (tests use a map).
 // Secrets: header values and URL credentials stay in PushConfig for the transport only;
-// describe() and every error message name header keys, never values.
+// describe() and every error message name header keys, never values. Credentials belong in
+// --otlp-headers-file (metrics/otlp/headers_file.h) or OTEL_EXPORTER_OTLP_HEADERS, not in
+// --otlp-header on the command line: push_config_from_environment warns once when a
+// secret-looking header is there.
 #pragma once
 
 #include <chrono>
@@ -23,6 +26,7 @@ struct PushFlags {
   std::string endpoint;               // --otlp-endpoint URL (base, like OTEL_EXPORTER_OTLP_ENDPOINT)
   std::string logs_endpoint;          // --otlp-logs-endpoint URL|none
   std::vector<std::string> headers;   // --otlp-header K=V (repeatable)
+  std::string headers_file;           // --otlp-headers-file PATH (name=value lines; secrets)
   std::string temporality;            // --otlp-temporality cumulative|delta|lowmemory
   std::string histogram;              // --otlp-histogram explicit|exponential
   std::string compression;            // --otlp-compression gzip|none
@@ -80,7 +84,14 @@ Result<PushConfig> push_config_from_environment(const PushFlags& flags, const Pu
 std::string describe(const PushConfig& c);
 
 // scheme://host[:port]/path of a URL: no user:password@, no ?query (it may carry a key).
+// (common/redact.h, here for the OTLP callers.)
 std::string redact_url(const std::string& url);
+
+// The names of the `headers` (--otlp-header K=V values) that look like credentials
+// (common/redact.h looks_secret) and were given on the command line `argv`, which every local
+// user can read in /proc/PID/cmdline; push_config_from_environment warns once about them.
+std::vector<std::string> secret_headers_on_command_line(const std::vector<std::string>& headers,
+                                                        const std::vector<std::string>& argv);
 
 // The W3C-baggage-like lists of OTEL_EXPORTER_OTLP_HEADERS and OTEL_RESOURCE_ATTRIBUTES:
 // `k1=v1,k2=v2`, blanks around items trimmed, values percent-decoded. An item without '=' or

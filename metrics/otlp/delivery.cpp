@@ -32,6 +32,9 @@ struct Delivery::State {
   const std::string& url(Signal s) const {
     return s == Signal::kLogs ? options.logs_url : options.metrics_url;
   }
+  const Headers& sent_headers(Signal s) const {
+    return s == Signal::kLogs ? options.logs_headers : options.headers;
+  }
 
   void run();
   bool send(HttpClient& http, const curl_slist* headers, const Payload& p);
@@ -177,7 +180,7 @@ void Delivery::State::on_success(const Payload& p, const Response& r) {
     partial_logged[sig] = true;
     SW_LOG(kWarn) << "OTLP receiver at " << redact_url(url(p.signal)) << " rejected " << rejected
                   << " of " << p.points << " " << signal_name(p.signal)
-                  << " points: " << printable(message)
+                  << " points: " << printable(message, sent_headers(p.signal))
                   << " (logged once; counted in stallwatch_otlp_points_dropped_total)";
   }
 }
@@ -189,13 +192,15 @@ void Delivery::State::on_rejected(const Payload& p, const Response& r) {
   }
   if (rejected_logged.insert(r.status).second) {
     SW_LOG(kWarn) << "OTLP export to " << redact_url(url(p.signal)) << " rejected with HTTP "
-                  << r.status << ", not retried, points dropped: " << printable(r.body);
+                  << r.status << ", not retried, points dropped: "
+                  << printable(r.body, sent_headers(p.signal));
   }
 }
 
 void Delivery::State::on_retryable_failure(Signal s, const Response& r) {
   if (failed_attempts[static_cast<size_t>(s)]++ == 0) {
-    SW_LOG(kWarn) << "OTLP export to " << redact_url(url(s)) << " failing: " << describe(r)
+    SW_LOG(kWarn) << "OTLP export to " << redact_url(url(s))
+                  << " failing: " << printable(describe(r), sent_headers(s))
                   << "; retrying with backoff";
   }
 }

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <mutex>
+#include <vector>
+
+#include "common/redact.h"
 
 namespace stallwatch::otlp {
 namespace {
@@ -141,11 +144,10 @@ std::string describe(const Response& r) {
   return "HTTP " + std::to_string(r.status);
 }
 
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, kMaxLoggedBody)) out += (c >= 0x20 && c < 0x7f) ? c : ' ';
-  if (s.size() > kMaxLoggedBody) out += "...";
-  return out;
+std::string printable(std::string_view s, const Headers& sent) {
+  std::vector<std::string> secrets;
+  for (const auto& [name, value] : sent) secrets.push_back(value);
+  return redact_text(s, secrets, kMaxLoggedBody);
 }
 
 }  // namespace stallwatch::otlp

@@ -58,7 +58,9 @@ bool retryable(const Response& r);
 // "HTTP 503" or "timeout (curl's error)", for a log line.
 std::string describe(const Response& r);
 
-// A receiver's answer as one log-safe line: printable ASCII only, at most 512 characters.
-std::string printable(std::string_view s);
+// A receiver's answer as one log-safe line (common/redact.h redact_text): the values of the
+// headers we sent (`sent`: an API key a receiver echoes back), bearer tokens and secret-looking
+// key=value pairs redacted, escaped, at most about 512 bytes.
+std::string printable(std::string_view s, const Headers& sent = {});
 
 }  // namespace stallwatch::otlp

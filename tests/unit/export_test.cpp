@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -320,6 +321,36 @@ TEST_F(ExportTest, FiltersAndErrors) {
   EXPECT_EQ(run("--format perfetto --db " + *dir_ + "/missing.db -o " + out, &err), 1);
   EXPECT_EQ(run("--format perfetto --db " + db() + " -o " + *dir_ + "/no/such/dir/t", &err), 1);
   EXPECT_NE(err.find("cannot write"), std::string::npos) << err;
+}
+
+// Issue 35 row 12: a symlink planted at FILE.tmp (or at FILE) pointing at a victim file is never
+// written through: the victim keeps its bytes, the link stays as it was (or is replaced by the
+// trace), no temporary file is left, and the trace is 0600.
+TEST_F(ExportTest, NeverWritesThroughAPlantedSymlink) {
+  const std::string out = *dir_ + "/planted.json", victim = *dir_ + "/victim";
+  {
+    std::ofstream(victim) << "precious\n";
+  }
+  fs::create_symlink(victim, out + ".tmp");
+  std::string err;
+  ASSERT_EQ(run("--format chrome-json --db " + db() + " -o " + out, &err), 0) << err;
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_TRUE(fs::is_symlink(out + ".tmp"));
+  EXPECT_TRUE(Json::parse(slurp(out)).contains("traceEvents"));
+  struct stat st {};
+  ASSERT_EQ(::lstat(out.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  for (const auto& e : fs::directory_iterator(*dir_)) {
+    EXPECT_EQ(e.path().filename().string().rfind("planted.json.tmp.", 0), std::string::npos)
+        << "left behind: " << e.path();
+  }
+
+  const std::string linked = *dir_ + "/linked.pftrace";
+  fs::create_symlink(victim, linked);
+  ASSERT_EQ(run("--format perfetto --db " + db() + " -o " + linked, &err), 0) << err;
+  EXPECT_EQ(slurp(victim), "precious\n");
+  EXPECT_FALSE(fs::is_symlink(linked)) << "the link itself is replaced, not its target";
 }
 
 // Calls of one thread that overlap (clock jitter) are nested: the later one ends with the

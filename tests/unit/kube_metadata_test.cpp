@@ -3,10 +3,14 @@
 // endpoint it uses (GET /api/v1/pods?fieldSelector=spec.nodeName=...): the request it sends
 // (selector, bearer token re-read from the file), names filled in, an early list for a new pod,
 // the last good names kept through 403, 500 and malformed answers, and a prompt shutdown while
-// the API server hangs.
+// the API server hangs. Issue 35 row 13: credentials in --kube-api never reach a log line or
+// an error, and an error body from the API server is logged escaped, cut and redacted.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -336,6 +340,91 @@ TEST(KubeMetadata, DisabledServesReplacedPodsAndNeverConnects) {
   EXPECT_EQ(annotated(kube, kNewPodCgroup).pod, "");
   EXPECT_FALSE(kube.stats().enabled);
   EXPECT_EQ(kube.stats().lists_ok + kube.stats().lists_failed, 0u);
+}
+
+// What the process writes to stderr (the log) while it lives.
+class StderrCapture {
+ public:
+  StderrCapture() : path_(std::filesystem::temp_directory_path() /
+                          ("sw-kube-log-" + std::to_string(::getpid()))) {
+    const int fd = ::open(path_.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+    saved_ = ::dup(STDERR_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    ::close(fd);
+  }
+  ~StderrCapture() { restore(); }
+  std::string text() {
+    restore();
+    std::ifstream in(path_);
+    std::ostringstream s;
+    s << in.rdbuf();
+    std::filesystem::remove(path_);
+    return s.str();
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    ::dup2(saved_, STDERR_FILENO);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::filesystem::path path_;
+  int saved_ = -1;
+};
+
+TEST(KubeSettings, CredentialsInTheApiUrlNeverReachAMessage) {
+  std::map<std::string, std::string> env;
+  Getenv getenv = [&](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  auto s = resolve_kube_settings("https://admin:hunter2@10.96.0.1:443/", "n", 60s, getenv);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_EQ(s->api_url, "https://10.96.0.1:443") << "what daemon and check print";
+  EXPECT_EQ(s->api_userinfo, "admin:hunter2");
+  // A query is no part of a base address, and where a token would hide.
+  auto query = resolve_kube_settings("https://10.96.0.1:443/?access_token=hunter2", "n", 60s, getenv);
+  ASSERT_FALSE(query);
+  EXPECT_EQ(query.error().message.find("hunter2"), std::string::npos) << query.error().message;
+  EXPECT_NE(query.error().message.find("https://10.96.0.1:443/"), std::string::npos);
+  auto bad = resolve_kube_settings("ftp://admin:hunter2@10.96.0.1", "n", 60s, getenv);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message,
+            "--kube-api: 'ftp://10.96.0.1' is not an http(s) URL (e.g. https://10.96.0.1:443, or "
+            "none)");
+  // A loopback check sees the host, not user info dressed as one.
+  EXPECT_FALSE(resolve_kube_settings("http://127.0.0.1@evil.example:80", "n", 60s, getenv)
+                   ->send_token);
+}
+
+TEST(KubeMetadata, AnErrorBodyIsLoggedEscapedCutAndRedacted) {
+  const std::string body = "{\"kind\":\"Status\",\"message\":\"token sekrit-token-value rejected\","
+                           "\"token\":\"abc123xyz\",\"note\":\"\x1b[31mred\x1b[0m\"," +
+                           std::string(400, 'A') + "}";
+  ScriptedServer server({status(401, body)});
+  TokenFile token("sekrit-token-value");
+  KubeSettings s = settings_for(server, token);
+  s.api_userinfo = "admin:hunter2";
+  std::string log;
+  {
+    StderrCapture capture;
+    {
+      KubeMetadata kube(s);
+      ASSERT_TRUE(kube.wait_for_lists(1, 10s));
+    }
+    log = capture.text();
+  }
+  ASSERT_TRUE(server.wait_requests(1));
+  EXPECT_EQ(server.requests()[0].path.find("hunter2"), std::string::npos);
+  EXPECT_NE(log.find("HTTP 401"), std::string::npos) << log;
+  EXPECT_NE(log.find("from http://127.0.0.1:"), std::string::npos) << log;
+  for (const char* secret : {"sekrit-token-value", "abc123xyz", "hunter2", "\x1b"}) {
+    EXPECT_EQ(log.find(secret), std::string::npos) << secret << " in: " << log;
+  }
+  EXPECT_NE(log.find("\"token\":\"<redacted>\""), std::string::npos) << log;
+  EXPECT_NE(log.find("\\x1b[31mred"), std::string::npos) << log;
+  EXPECT_EQ(log.find(std::string(300, 'A')), std::string::npos) << "cut to 200 bytes";
 }
 
 }  // namespace

@@ -366,6 +366,7 @@ const std::map<std::string, std::string>& samples() {
       {"otlp-endpoint", "http://127.0.0.1:4318"},
       {"otlp-logs-endpoint", "none"},
       {"otlp-header", "dd-api-key=k"},
+      {"otlp-headers-file", "/etc/stallwatch/otlp-headers"},
       {"otlp-temporality", "delta"},
       {"otlp-histogram", "exponential"},
       {"otlp-interval", "30s"},
