@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/log.h"
@@ -112,27 +114,59 @@ std::vector<int> EventQueue::wait(std::chrono::milliseconds timeout) {
 Discovery::Discovery(CallPrograms programs, DiscoveryOptions options, const host::Procfs& fs)
     : programs_(programs), options_(options), fs_(fs) {}
 
+bool Discovery::failed_before(const FileKey& key, const struct stat* st) {
+  auto it = failed_.find(key);
+  if (it == failed_.end()) return false;
+  const Failed& f = it->second;
+  if (st == nullptr || f.size < 0) return true;
+  const std::int64_t mtime_ns = std::int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec;
+  if (f.size == st->st_size && f.mtime_ns == mtime_ns) return true;
+  failed_.erase(it);  // rewritten in place since: read it again
+  return false;
+}
+
+void Discovery::remember_failure(const FileKey& key, const struct stat* st) {
+  if (failed_.size() >= kMaxFailedFiles && !failed_.count(key)) {
+    auto oldest = std::min_element(failed_.begin(), failed_.end(), [](const auto& a, const auto& b) {
+      return a.second.order < b.second.order;
+    });
+    failed_.erase(oldest);
+  }
+  Failed f;
+  if (st != nullptr) {
+    f.size = st->st_size;
+    f.mtime_ns = std::int64_t{st->st_mtim.tv_sec} * 1'000'000'000 + st->st_mtim.tv_nsec;
+  }
+  f.order = ++failures_remembered_;
+  failed_[key] = f;
+}
+
 bool Discovery::scan_process(int pid) {
   auto mapped = cuda_libraries_of(fs_, pid);
   std::set<FileKey> now;
   for (const auto& lib : mapped) {
     // Hold the file open and attach through /proc/self/fd: the process may exit meanwhile
     // (its /proc/PID/root path vanishes), the file stays reachable.
-    FileHandle file(host_path(fs_, pid, lib.path));
-    struct stat st {};
-    if (file.fd < 0 || ::fstat(file.fd, &st) != 0) continue;  // exited, or the file went away
-    FileKey key{st.st_dev, st.st_ino};
-    if (!S_ISREG(st.st_mode)) {
-      if (failed_.emplace(key, "not a regular file").second) {
+    auto file = open_mapped_file(fs_, pid, lib);
+    if (!file) {
+      const int err = file.error().err;
+      if (err != EXDEV && err != EINVAL) continue;  // exited, or the file went away
+      // Not the mapped file (a planted symlink, a swap) or not a regular one: said once.
+      const FileKey mapped_key{makedev(lib.dev_major, lib.dev_minor), lib.inode};
+      if (!failed_before(mapped_key, nullptr)) {
+        remember_failure(mapped_key, nullptr);
         SW_LOG(kWarn) << "not tracing " << escape_name(lib.path) << " (pid " << pid
-                      << "): not a regular file";
+                      << "): " << escape_name(file.error().message);
       }
       continue;
     }
-    std::string path = file.proc_path();
+    struct stat st {};
+    if (::fstat(file->get(), &st) != 0) continue;
+    FileKey key{st.st_dev, st.st_ino};
+    std::string path = file->proc_path();
     auto it = libraries_.find(key);
     if (it == libraries_.end()) {
-      if (failed_.count(key)) continue;
+      if (failed_before(key, &st)) continue;
       if (libraries_.size() >= options_.max_libraries) {
         if (refused_.insert(key).second) {
           refused_libraries_++;
@@ -160,7 +194,7 @@ bool Discovery::scan_process(int pid) {
         } else {
           SW_LOG(kDebug) << why;
         }
-        if (!again) failed_.emplace(key, probes.error().message);
+        if (!again) remember_failure(key, &st);
         continue;
       }
       refused_.erase(key);
@@ -221,7 +255,7 @@ void Discovery::attach_on_disk() {
       it->second.on_disk = true;
       continue;
     }
-    if (failed_.count(key) || refused_.count(key)) continue;
+    if (failed_before(key, &st) || refused_.count(key)) continue;
     if (libraries_.size() >= options_.max_libraries) {
       refused_.insert(key);
       refused_libraries_++;
@@ -236,7 +270,7 @@ void Discovery::attach_on_disk() {
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
     if (!probes) {
-      if (!transient(probes.error().err)) failed_.emplace(key, probes.error().message);
+      if (!transient(probes.error().err)) remember_failure(key, &st);
       SW_LOG(kWarn) << "not tracing " << escape_name(f.path) << ": " << probes.error().message;
       continue;
     }

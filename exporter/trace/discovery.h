@@ -9,10 +9,15 @@
 // EventQueue, so a file that never answers (a stalled FUSE mount) cannot stop the ring buffers.
 // At most max_libraries files get probes; the rest are refused, logged once each and counted.
 // Transient failures (EMFILE, ENOMEM, a process that exited mid-scan) are retried at the next
-// scan; a file that cannot be traced (no symbols, not ELF) is not retried.
+// scan; a file that cannot be traced (no symbols, not ELF, a hostile header) is remembered by
+// (device, inode, size, mtime) and not read again until it changes (at most kMaxFailedFiles
+// remembered, the oldest forgotten first), so a hostile file costs one parse and one log line,
+// not one per scan. A process's file is opened through open_mapped_file (proc_maps.h): never
+// through the process's symlinks, and only when it is the file the maps line names.
 // Thread-safety: handle_event/tick/scan_all from one thread; the counters from any thread.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -147,7 +152,18 @@ class Discovery {
   DiscoveryOptions options_;
   const host::Procfs& fs_;
   std::map<FileKey, Library> libraries_;
-  std::map<FileKey, std::string> failed_;  // attach failed; not retried for the same file
+  // A file that could not be traced, as it was then (size and mtime in ns; -1: any).
+  struct Failed {
+    std::int64_t size = -1;
+    std::int64_t mtime_ns = -1;
+    std::uint64_t order = 0;  // when it was remembered: the oldest is forgotten first
+  };
+  static constexpr size_t kMaxFailedFiles = 4096;
+  // Whether `key` failed before and has not changed since (a changed file is forgotten).
+  bool failed_before(const FileKey& key, const struct stat* st);
+  void remember_failure(const FileKey& key, const struct stat* st);
+
+  std::map<FileKey, Failed> failed_;  // attach failed; not retried for the same file
   std::set<FileKey> refused_;              // over max_libraries (logged and counted once)
   std::set<FileKey> retrying_;             // transient failure logged, retried until traced
   std::map<int, std::set<FileKey>> processes_;
@@ -158,6 +174,7 @@ class Discovery {
   Reaper reaper_;  // probes still attached at shutdown are destroyed after it, on the caller
   std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
   std::atomic<std::uint64_t> refused_libraries_{0};
+  std::uint64_t failures_remembered_ = 0;
 };
 
 }  // namespace stallwatch::trace

@@ -2,152 +2,44 @@
 // Every structure is read with pread(2) after a bounds check against the size the file had
 // when it was opened (misaligned or hostile offsets are harmless); a file truncated or replaced
 // in place during the parse gives short reads and an error, never SIGBUS as a mapping would.
-// Symbol and string tables are read whole (bounded by kMaxTableBytes), headers one by one.
+// Counts and sizes from the headers are never trusted for an allocation: each is capped
+// (elf_symbols.h budgets) and each table must be stored in the file, not a hole (a 4 KiB sparse
+// file can claim a terabyte). String tables are read whole, symbol tables in slices.
 #include "trace/elf_symbols.h"
 
 #include <elf.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <map>
+#include <deque>
+#include <exception>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string_view>
+#include <tuple>
 #include <utility>
+
+#include "trace/elf_bytes.h"
 
 namespace stallwatch::trace {
 namespace {
 
+using elf_detail::Bytes;
+using elf_detail::FileSource;
+using elf_detail::MemorySource;
+using elf_detail::budget_words;
+
 static_assert(std::endian::native == std::endian::little,
               "fields are read in host byte order; only little-endian ELF is accepted");
 
-// Where the bytes come from: a file (pread) or memory (tests, fuzzing). Reads outside `size`
-// or short reads fail.
-class Source {
- public:
-  virtual ~Source() = default;
-  virtual std::uint64_t size() const = 0;
-  virtual bool read(std::uint64_t offset, std::uint64_t length, void* out) const = 0;
-};
-
-class MemorySource : public Source {
- public:
-  explicit MemorySource(std::string_view data) : data_(data) {}
-  std::uint64_t size() const override { return data_.size(); }
-  bool read(std::uint64_t offset, std::uint64_t length, void* out) const override {
-    if (offset > data_.size() || length > data_.size() - offset) return false;
-    std::memcpy(out, data_.data() + offset, length);
-    return true;
-  }
-
- private:
-  std::string_view data_;
-};
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-class FileSource : public Source {
- public:
-  FileSource(int fd, std::uint64_t size) : fd_(fd), size_(size) {}
-  std::uint64_t size() const override { return size_; }
-  bool read(std::uint64_t offset, std::uint64_t length, void* out) const override {
-    if (offset > size_ || length > size_ - offset) return false;
-    auto* p = static_cast<char*>(out);
-    while (length > 0) {
-      const ssize_t n = pread(fd_.get(), p, length, static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;  // truncated under us, or an I/O error
-      p += n;
-      offset += static_cast<std::uint64_t>(n);
-      length -= static_cast<std::uint64_t>(n);
-    }
-    return true;
-  }
-  static Result<std::unique_ptr<FileSource>> open(const std::string& path);
-
- private:
-  Fd fd_;
-  std::uint64_t size_;
-};
-
-Result<std::unique_ptr<FileSource>> FileSource::open(const std::string& path) {
-  // O_NONBLOCK: a FIFO handed in by mistake must not hang the caller (no effect on files).
-  const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (raw < 0) {
-    int err = errno;
-    return make_error(path + ": cannot open: " + std::strerror(err), err);
-  }
-  auto source = std::make_unique<FileSource>(raw, 0);
-  struct stat st {};
-  if (fstat(raw, &st) != 0) {
-    int err = errno;
-    return make_error(path + ": cannot stat: " + std::strerror(err), err);
-  }
-  if (!S_ISREG(st.st_mode)) return make_error(path + ": not a regular file", EINVAL);
-  if (st.st_size < static_cast<off_t>(EI_NIDENT)) {
-    return make_error(path + ": not an ELF file (only " + std::to_string(st.st_size) + " bytes)",
-                      ENOEXEC);
-  }
-  source->size_ = static_cast<std::uint64_t>(st.st_size);
-  return source;
-}
-
-// One symbol table or string table is read whole; libnccl's .symtab is a few MB.
-constexpr std::uint64_t kMaxTableBytes = 256ull << 20;
-
-// Bounds-checked reads. Messages returned by the helpers below leave the path out;
-// read_function_symbols prefixes it.
-class Bytes {
- public:
-  explicit Bytes(const Source& source) : source_(source), size_(source.size()) {}
-
-  bool contains(std::uint64_t offset, std::uint64_t length) const {
-    return offset <= size_ && length <= size_ - offset;
-  }
-  // Whether count entries of entsize bytes starting at offset lie inside the file.
-  bool contains_array(std::uint64_t offset, std::uint64_t count, std::uint64_t entsize) const {
-    if (count == 0) return offset <= size_;
-    return entsize != 0 && offset <= size_ && count <= (size_ - offset) / entsize;
-  }
-  template <typename T>
-  std::optional<T> read(std::uint64_t offset) const {
-    T value;
-    if (!source_.read(offset, sizeof(T), &value)) return std::nullopt;
-    return value;
-  }
-  // `length` bytes at `offset` (at most kMaxTableBytes); nullopt when they cannot be read.
-  std::optional<std::string> read_block(std::uint64_t offset, std::uint64_t length) const {
-    if (length > kMaxTableBytes || !contains(offset, length)) return std::nullopt;
-    std::string out(length, '\0');
-    if (!source_.read(offset, length, out.data())) return std::nullopt;
-    return out;
-  }
-  std::uint64_t size() const { return size_; }
-
- private:
-  const Source& source_;
-  std::uint64_t size_;
-};
-
 // Bit 15 of a .gnu.version entry: not the default version (glibc's elf.h lacks the name).
 constexpr Elf64_Versym kVersymHidden = 0x8000;
+// Symbols read per pread from a symbol table (only string tables are held whole).
+constexpr std::uint64_t kSymbolsPerSlice = 4096;
 
 Error format_error(std::string why) { return make_error(std::move(why), ENOEXEC); }
 
@@ -162,11 +54,18 @@ Result<Sections> read_sections(const Bytes& file, const Elf64_Ehdr& eh) {
   if (!first) return format_error("truncated: section headers lie past the end of the file");
   // With 0xff00 or more sections the real count lives in section 0's sh_size.
   std::uint64_t count = eh.e_shnum != 0 ? eh.e_shnum : first->sh_size;
+  if (count > kElfMaxHeaders) {
+    return format_error("claims " + std::to_string(count) + " section headers (at most " +
+                        std::to_string(kElfMaxHeaders) + " are read)");
+  }
   if (!file.contains_array(eh.e_shoff, count, eh.e_shentsize)) {
     return format_error("truncated: section headers lie past the end of the file");
   }
+  if (!file.stored(eh.e_shoff, count * eh.e_shentsize)) {
+    return format_error("section headers lie in a hole of a sparse file");
+  }
   Sections s;
-  s.reserve(count);
+  s.reserve(count);  // at most kElfMaxHeaders x 64 bytes, all stored in the file
   for (std::uint64_t i = 0; i < count; ++i) {
     auto sh = file.read<Elf64_Shdr>(eh.e_shoff + i * eh.e_shentsize);
     if (!sh) return format_error("truncated while reading section headers");
@@ -190,8 +89,15 @@ Result<std::vector<LoadSegment>> read_load_segments(const Bytes& file, const Elf
   // PN_XNUM: the real count lives in section 0's sh_info.
   std::uint64_t count = eh.e_phnum;
   if (eh.e_phnum == PN_XNUM && !sections.empty()) count = sections[0].sh_info;
+  if (count > kElfMaxHeaders) {
+    return format_error("claims " + std::to_string(count) + " program headers (at most " +
+                        std::to_string(kElfMaxHeaders) + " are read)");
+  }
   if (!file.contains_array(eh.e_phoff, count, eh.e_phentsize)) {
     return format_error("truncated: program headers lie past the end of the file");
+  }
+  if (!file.stored(eh.e_phoff, count * eh.e_phentsize)) {
+    return format_error("program headers lie in a hole of a sparse file");
   }
   std::vector<LoadSegment> segments;
   for (std::uint64_t i = 0; i < count; ++i) {
@@ -220,13 +126,6 @@ std::optional<std::uint64_t> to_file_offset(const std::vector<LoadSegment>& segm
   return std::nullopt;
 }
 
-// A definition found so far for one name; a later one replaces it only with a higher rank.
-struct Candidate {
-  std::uint64_t file_offset;
-  std::uint64_t size;
-  int rank;
-};
-
 // One symbol table (.dynsym or .symtab) with its string table and, for .dynsym, the
 // .gnu.version array that says which of several versions of a name is the default.
 struct SymbolTable {
@@ -237,6 +136,19 @@ struct SymbolTable {
   std::uint64_t strtab_size;
   std::optional<std::uint64_t> versym_offset;  // Elf64_Versym per symbol, when present
   bool dynamic;
+  const char* name() const { return dynamic ? ".dynsym" : ".symtab"; }
+  // Table bytes reading it costs: symbols, strings and versions (each at most the file size;
+  // saturated rather than wrapped past the budget).
+  std::uint64_t bytes() const {
+    const std::uint64_t parts[] = {count * entsize, strtab_size,
+                                   versym_offset ? count * sizeof(Elf64_Versym) : 0};
+    std::uint64_t sum = 0;
+    for (std::uint64_t p : parts) {
+      if (p > kElfTableBudget) return ~std::uint64_t{0};
+      sum += p;
+    }
+    return sum;
+  }
 };
 
 Result<SymbolTable> describe_table(const Bytes& file, const Sections& sections, std::size_t index) {
@@ -272,34 +184,105 @@ Result<SymbolTable> describe_table(const Bytes& file, const Sections& sections, 
   return t;
 }
 
-Result<Ok> collect(const Bytes& file, const SymbolTable& t,
-                   const std::vector<LoadSegment>& segments,
-                   std::map<std::string, Candidate, std::less<>>& out) {
-  auto table = file.read_block(t.offset, t.count * t.entsize);
-  auto strings = file.read_block(t.strtab_offset, t.strtab_size);
-  if (!table || !strings) {
-    return format_error(std::string(t.dynamic ? ".dynsym" : ".symtab") +
-                        " or its string table cannot be read (truncated, or over 256 MiB)");
+// The symbol tables of a file, best first (.dynsym, what the dynamic linker binds, then
+// .symtab). A table past the budget is an error only when no table came before it: .symtab
+// adds local names, .dynsym alone still names every exported function.
+Result<std::vector<SymbolTable>> tables_within_budget(const Bytes& file, const Sections& sections) {
+  std::optional<std::size_t> dynsym, symtab;
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    auto type = sections[i].sh_type;
+    if (type == SHT_DYNSYM && !dynsym) dynsym = i;
+    if (type == SHT_SYMTAB && !symtab) symtab = i;
   }
-  std::optional<std::string> versyms;
-  if (t.versym_offset) versyms = file.read_block(*t.versym_offset, t.count * sizeof(Elf64_Versym));
-  const MemorySource table_bytes(*table), versym_bytes(versyms ? *versyms : std::string_view());
-  for (std::uint64_t i = 1; i < t.count; ++i) {  // entry 0 is the reserved null symbol
-    Elf64_Sym sym;
-    if (!table_bytes.read(i * t.entsize, sizeof sym, &sym)) break;
-    unsigned type = ELF64_ST_TYPE(sym.st_info);
-    if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
-    if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0 || sym.st_name == 0) continue;
-    if (sym.st_name >= t.strtab_size) {
-      return format_error("symbol " + std::to_string(i) + " has a name outside its string table");
+  if (!dynsym && !symtab) return format_error("no symbol table (.dynsym or .symtab)");
+  std::vector<SymbolTable> out;
+  std::uint64_t total = 0;
+  for (auto index : {dynsym, symtab}) {
+    if (!index) continue;
+    auto t = describe_table(file, sections, *index);
+    if (!t) return t.error();
+    const std::uint64_t bytes = t->bytes();
+    if (bytes > kElfTableBudget - total) {
+      if (!out.empty()) continue;
+      return make_error(std::string(t->name()) + " (" + std::to_string(t->count * t->entsize) +
+                            " bytes) and its strings (" + std::to_string(t->strtab_size) +
+                            " bytes) are over the budget of " + budget_words() +
+                            " of tables per file",
+                        EFBIG);
     }
-    const char* begin = strings->data() + sym.st_name;
-    const void* nul = std::memchr(begin, '\0', t.strtab_size - sym.st_name);
-    if (nul == nullptr) {
-      return format_error("symbol " + std::to_string(i) + " has an unterminated name");
+    // Checked whole here so that the error names what the header claims; reads check again.
+    for (auto [offset, size, what] : {std::tuple(t->offset, t->count * t->entsize, "symbols"),
+                                      std::tuple(t->strtab_offset, t->strtab_size, "strings")}) {
+      if (!file.stored(offset, size)) {
+        return format_error(std::string(t->name()) + " " + what + " lie in a hole of a sparse file (" +
+                            std::to_string(size) + " bytes claimed at offset " +
+                            std::to_string(offset) + ", not stored)");
+      }
     }
-    std::string_view name(begin, static_cast<const char*>(nul) - begin);
+    total += bytes;
+    out.push_back(*t);
+  }
+  return out;
+}
 
+// Walks the symbols of one table: `visit(index, sym, name)` for each with a name, reading the
+// table in slices. The name is a view into `strings`, which the caller keeps.
+template <typename Visit>
+Result<Ok> for_each_symbol(Bytes& file, const SymbolTable& t, std::string_view strings,
+                           Visit&& visit) {
+  for (std::uint64_t first = 0; first < t.count; first += kSymbolsPerSlice) {
+    const std::uint64_t n = std::min(kSymbolsPerSlice, t.count - first);
+    auto slice = file.read_table(t.offset + first * t.entsize, n * t.entsize, t.name());
+    if (!slice) return slice.error();
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const std::uint64_t i = first + k;
+      if (i == 0) continue;  // entry 0 is the reserved null symbol
+      Elf64_Sym sym;
+      std::memcpy(&sym, slice->data() + k * t.entsize, sizeof sym);
+      if (sym.st_name == 0) continue;
+      if (sym.st_name >= strings.size()) {
+        visit(i, sym, std::optional<std::string_view>());
+        continue;
+      }
+      std::string_view rest = strings.substr(sym.st_name);
+      auto nul = rest.find('\0');
+      visit(i, sym, nul == std::string_view::npos ? std::optional<std::string_view>()
+                                                  : std::optional(rest.substr(0, nul)));
+    }
+  }
+  return Ok{};
+}
+
+// A definition of a name; for each name the highest rank wins, the first seen among equals.
+struct Candidate {
+  std::string_view name;  // into a string table the parse keeps
+  std::uint64_t file_offset;
+  std::uint64_t size;
+  int rank;
+};
+
+Result<Ok> collect(Bytes& file, const SymbolTable& t, std::string_view strings,
+                   const std::vector<LoadSegment>& segments, std::vector<Candidate>& out) {
+  std::string versyms;
+  if (t.versym_offset) {
+    auto read = file.read_table(*t.versym_offset, t.count * sizeof(Elf64_Versym),
+                                ".gnu.version");
+    if (!read) return read.error();
+    versyms = std::move(*read);
+  }
+  std::optional<Error> bad;
+  auto done = for_each_symbol(file, t, strings, [&](std::uint64_t i, const Elf64_Sym& sym,
+                                                    std::optional<std::string_view> full) {
+    if (bad) return;
+    unsigned type = ELF64_ST_TYPE(sym.st_info);
+    if (type != STT_FUNC && type != STT_GNU_IFUNC) return;
+    if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0) return;
+    if (!full) {
+      bad = format_error("symbol " + std::to_string(i) +
+                         " has a name outside its string table, or an unterminated one");
+      return;
+    }
+    std::string_view name = *full;
     // Ranking: exported (.dynsym) over local-only tables, global/weak over local binding,
     // default version over hidden/old versions ("name@@V" or no '@' in .symtab).
     bool default_version = true;
@@ -308,40 +291,47 @@ Result<Ok> collect(const Bytes& file, const SymbolTable& t,
       name = name.substr(0, at);
     }
     Elf64_Versym versym;
-    if (versyms && versym_bytes.read(i * sizeof versym, sizeof versym, &versym) &&
-        ((versym & kVersymHidden) != 0 || versym == VER_NDX_LOCAL)) {
-      default_version = false;
+    if (!versyms.empty() && (i + 1) * sizeof versym <= versyms.size()) {
+      std::memcpy(&versym, versyms.data() + i * sizeof versym, sizeof versym);
+      if ((versym & kVersymHidden) != 0 || versym == VER_NDX_LOCAL) default_version = false;
     }
-    if (name.empty()) continue;
+    if (name.empty()) return;
     auto offset = to_file_offset(segments, sym.st_value);
-    if (!offset) continue;  // not in a file-backed segment: nothing a uprobe could hit
+    if (!offset) return;  // not in a file-backed segment: nothing a uprobe could hit
+    if (out.size() >= kElfMaxSymbols) {
+      bad = make_error("more than " + std::to_string(kElfMaxSymbols) + " function symbols",
+                       EFBIG);
+      return;
+    }
     int rank = (t.dynamic ? 4 : 0) + (ELF64_ST_BIND(sym.st_info) != STB_LOCAL ? 2 : 0) +
                (default_version ? 1 : 0);
-    auto it = out.find(name);
-    if (it == out.end()) {
-      out.emplace(std::string(name), Candidate{*offset, sym.st_size, rank});
-    } else if (rank > it->second.rank) {
-      it->second = Candidate{*offset, sym.st_size, rank};
-    }
-  }
+    out.push_back({name, *offset, sym.st_size, rank});
+  });
+  if (!done) return done.error();
+  if (bad) return *bad;
   return Ok{};
 }
 
-Result<std::vector<ElfSymbol>> parse(const Bytes& file) {
-  auto ident_bytes = file.read_block(0, EI_NIDENT);
-  if (!ident_bytes) return format_error("not an ELF file (too short)");
-  const auto* ident = reinterpret_cast<const unsigned char*>(ident_bytes->data());
-  if (std::memcmp(ident, ELFMAG, SELFMAG) != 0) return format_error("not an ELF file");
-  if (ident[EI_CLASS] != ELFCLASS64) {
-    return format_error(ident[EI_CLASS] == ELFCLASS32
+Result<Elf64_Ehdr> read_header(const Bytes& file) {
+  auto ident = file.read<std::array<unsigned char, EI_NIDENT>>(0);
+  if (!ident) return format_error("not an ELF file (too short)");
+  if (std::memcmp(ident->data(), ELFMAG, SELFMAG) != 0) return format_error("not an ELF file");
+  if ((*ident)[EI_CLASS] != ELFCLASS64) {
+    return format_error((*ident)[EI_CLASS] == ELFCLASS32
                             ? "32-bit ELF is not supported (64-bit little-endian only)"
-                            : "unknown ELF class " + std::to_string(ident[EI_CLASS]));
+                            : "unknown ELF class " + std::to_string((*ident)[EI_CLASS]));
   }
-  if (ident[EI_DATA] != ELFDATA2LSB) {
+  if ((*ident)[EI_DATA] != ELFDATA2LSB) {
     return format_error("big-endian ELF is not supported (64-bit little-endian only)");
   }
   auto eh = file.read<Elf64_Ehdr>(0);
   if (!eh) return format_error("truncated: ELF header is incomplete");
+  return *eh;
+}
+
+Result<std::vector<ElfSymbol>> parse(Bytes& file) {
+  auto eh = read_header(file);
+  if (!eh) return eh.error();
   if (eh->e_type != ET_DYN && eh->e_type != ET_EXEC) {
     return format_error("not an executable or shared object (e_type " + std::to_string(eh->e_type) +
                         ")");
@@ -350,96 +340,133 @@ Result<std::vector<ElfSymbol>> parse(const Bytes& file) {
   if (!sections) return sections.error();
   auto segments = read_load_segments(file, *eh, *sections);
   if (!segments) return segments.error();
+  auto tables = tables_within_budget(file, *sections);
+  if (!tables) return tables.error();
 
-  std::optional<std::size_t> dynsym, symtab;
-  for (std::size_t i = 0; i < sections->size(); ++i) {
-    auto type = (*sections)[i].sh_type;
-    if (type == SHT_DYNSYM && !dynsym) dynsym = i;
-    if (type == SHT_SYMTAB && !symtab) symtab = i;
-  }
-  if (!dynsym && !symtab) return format_error("no symbol table (.dynsym or .symtab)");
-
-  std::map<std::string, Candidate, std::less<>> found;
-  for (auto index : {dynsym, symtab}) {
-    if (!index) continue;
-    auto table = describe_table(file, *sections, *index);
-    if (!table) return table.error();
-    auto done = collect(file, *table, *segments, found);
+  std::deque<std::string> strings;  // a deque never moves its elements: views stay valid
+  std::vector<Candidate> found;
+  for (const SymbolTable& t : *tables) {
+    auto read = file.read_table(t.strtab_offset, t.strtab_size,
+                                std::string("the string table of ") + t.name());
+    if (!read) return read.error();
+    strings.push_back(std::move(*read));
+    auto done = collect(file, t, strings.back(), *segments, found);
     if (!done) return done.error();
   }
+  // Per name, the highest rank; stable: the first seen among equal ranks.
+  std::stable_sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    return a.name != b.name ? a.name < b.name : a.rank > b.rank;
+  });
   std::vector<ElfSymbol> symbols;
-  symbols.reserve(found.size());
-  for (auto& [name, c] : found) symbols.push_back({name, c.file_offset, c.size});
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    if (i > 0 && found[i].name == found[i - 1].name) continue;
+    symbols.push_back({std::string(found[i].name), found[i].file_offset, found[i].size});
+  }
   return symbols;
 }
 
-Result<ElfAddresses> parse_addresses(const Bytes& file, const std::vector<std::string>& names) {
-  auto eh = file.read<Elf64_Ehdr>(0);
-  if (!eh || std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
-      eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_ident[EI_DATA] != ELFDATA2LSB) {
-    return format_error("not a 64-bit little-endian ELF file");
-  }
+Result<ElfAddresses> parse_addresses(Bytes& file, const std::vector<std::string>& names) {
+  auto eh = read_header(file);
+  if (!eh) return eh.error();
   auto sections = read_sections(file, *eh);
   if (!sections) return sections.error();
   auto segments = read_load_segments(file, *eh, *sections);
   if (!segments) return segments.error();
+  auto tables = tables_within_budget(file, *sections);
+  if (!tables) return tables.error();
   ElfAddresses out;
   out.load_vaddr = segments->front().vaddr;
   for (const auto& seg : *segments) out.load_vaddr = std::min(out.load_vaddr, seg.vaddr);
-  for (std::size_t i = 0; i < sections->size(); ++i) {
-    auto type = (*sections)[i].sh_type;
-    if (type != SHT_DYNSYM && type != SHT_SYMTAB) continue;
-    auto t = describe_table(file, *sections, i);
-    if (!t) return t.error();
-    auto table = file.read_block(t->offset, t->count * t->entsize);
-    auto strings = file.read_block(t->strtab_offset, t->strtab_size);
-    if (!table || !strings) return format_error("a symbol table cannot be read");
-    const MemorySource table_bytes(*table);
-    for (std::uint64_t k = 1; k < t->count; ++k) {
-      Elf64_Sym sym;
-      if (!table_bytes.read(k * t->entsize, sizeof sym, &sym)) break;
-      if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0 || sym.st_name >= t->strtab_size) continue;
-      const char* begin = strings->data() + sym.st_name;
-      const void* nul = std::memchr(begin, '\0', t->strtab_size - sym.st_name);
-      if (nul == nullptr) continue;
-      std::string_view name(begin, static_cast<const char*>(nul) - begin);
+  for (const SymbolTable& t : *tables) {
+    auto strings = file.read_table(t.strtab_offset, t.strtab_size,
+                                   std::string("the string table of ") + t.name());
+    if (!strings) return strings.error();
+    auto done = for_each_symbol(file, t, *strings, [&](std::uint64_t, const Elf64_Sym& sym,
+                                                       std::optional<std::string_view> full) {
+      if (!full || sym.st_shndx == SHN_UNDEF || sym.st_value == 0) return;
+      std::string_view name = *full;
       if (auto at = name.find('@'); at != std::string_view::npos) name = name.substr(0, at);
       for (const auto& want : names) {
         if (name == want) out.vaddr.emplace(want, sym.st_value);
       }
-    }
+    });
+    if (!done) return done.error();
   }
   return out;
+}
+
+// Runs a parse with the path named in its error; an exception (bad_alloc under a memory cap)
+// becomes an error too: a thread that parses hostile files must not die of one.
+template <typename T, typename Parse>
+Result<T> guarded(const std::string& name, Parse&& parse) {
+  try {
+    auto r = parse();
+    if (!r && !name.empty()) return make_error(name + ": " + r.error().message, r.error().err);
+    return r;
+  } catch (const std::bad_alloc&) {
+    return make_error((name.empty() ? "" : name + ": ") + "out of memory while reading symbols",
+                      ENOMEM);
+  } catch (const std::exception& e) {
+    return make_error((name.empty() ? "" : name + ": ") + "cannot read symbols: " + e.what(),
+                      ENOEXEC);
+  }
 }
 
 }  // namespace
 
 Result<ElfAddresses> read_symbol_addresses(const std::string& path,
                                            const std::vector<std::string>& names) {
-  auto source = FileSource::open(path);
-  if (!source) return source.error();
-  auto found = parse_addresses(Bytes(**source), names);
-  if (!found) return make_error(path + ": " + found.error().message, found.error().err);
-  return found;
+  return guarded<ElfAddresses>(path, [&]() -> Result<ElfAddresses> {
+    auto source = FileSource::open(path);
+    if (!source) return source.error();
+    Bytes bytes(**source);
+    return parse_addresses(bytes, names);
+  });
+}
+
+Result<ElfAddresses> read_symbol_addresses(int fd, const std::string& name,
+                                           const std::vector<std::string>& names) {
+  return guarded<ElfAddresses>(name, [&]() -> Result<ElfAddresses> {
+    auto source = FileSource::from_fd(fd, false);
+    if (!source) return source.error();
+    Bytes bytes(**source);
+    return parse_addresses(bytes, names);
+  });
 }
 
 Result<ElfAddresses> read_symbol_addresses_in_memory(std::string_view image,
                                                      const std::vector<std::string>& names) {
-  const MemorySource source(image);
-  return parse_addresses(Bytes(source), names);
+  return guarded<ElfAddresses>("", [&] {
+    const MemorySource source(image);
+    Bytes bytes(source);
+    return parse_addresses(bytes, names);
+  });
 }
 
 Result<std::vector<ElfSymbol>> read_function_symbols(const std::string& path) {
-  auto source = FileSource::open(path);
-  if (!source) return source.error();
-  auto symbols = parse(Bytes(**source));
-  if (!symbols) return make_error(path + ": " + symbols.error().message, symbols.error().err);
-  return symbols;
+  return guarded<std::vector<ElfSymbol>>(path, [&]() -> Result<std::vector<ElfSymbol>> {
+    auto source = FileSource::open(path);
+    if (!source) return source.error();
+    Bytes bytes(**source);
+    return parse(bytes);
+  });
+}
+
+Result<std::vector<ElfSymbol>> read_function_symbols(int fd, const std::string& name) {
+  return guarded<std::vector<ElfSymbol>>(name, [&]() -> Result<std::vector<ElfSymbol>> {
+    auto source = FileSource::from_fd(fd, false);
+    if (!source) return source.error();
+    Bytes bytes(**source);
+    return parse(bytes);
+  });
 }
 
 Result<std::vector<ElfSymbol>> read_function_symbols_in_memory(std::string_view image) {
-  const MemorySource source(image);
-  return parse(Bytes(source));
+  return guarded<std::vector<ElfSymbol>>("", [&] {
+    const MemorySource source(image);
+    Bytes bytes(source);
+    return parse(bytes);
+  });
 }
 
 }  // namespace stallwatch::trace

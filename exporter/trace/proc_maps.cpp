@@ -1,8 +1,20 @@
 #include "trace/proc_maps.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -63,7 +75,7 @@ std::vector<MappedLibrary> cuda_libraries_in_maps(std::string_view maps_text) {
     if (!api) continue;
     bool seen = false;
     for (const auto& l : libs) seen = seen || l.path == e.path;
-    if (!seen) libs.push_back({e.path, *api, e.inode, e.dev_major, e.dev_minor});
+    if (!seen) libs.push_back({e.path, *api, e.inode, e.dev_major, e.dev_minor, e.start, e.end});
   }
   return libs;
 }
@@ -88,6 +100,94 @@ std::vector<int> list_pids(const host::Procfs& fs) {
 
 std::string host_path(const host::Procfs& fs, int pid, const std::string& path) {
   return fs.pid_path(pid, "root") + path;
+}
+
+ScopedFd& ScopedFd::operator=(ScopedFd&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+namespace {
+
+constexpr int kOpenFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY;
+
+// openat2(2) through syscall(2): glibc 2.36 has no wrapper.
+int open_in_root(int root, const std::string& path) {
+  open_how how{};
+  how.flags = kOpenFlags;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root, path.c_str(), &how, sizeof how));
+}
+
+Error refuse(const MapsEntry& m, const std::string& why, int err) {
+  return make_error(std::string(m.file_path()) + ": " + why, err);
+}
+
+}  // namespace
+
+Result<ScopedFd> open_mapped_file(const host::Procfs& fs, int pid, const MapsEntry& m) {
+  char range[40];
+  std::snprintf(range, sizeof range, "%" PRIx64 "-%" PRIx64, m.start, m.end);
+  ScopedFd fd(::open(fs.pid_path(pid, std::string("map_files/") + range).c_str(), kOpenFlags));
+  bool via_map_files = fd.get() >= 0;
+  if (!via_map_files) {
+    ScopedFd root(::open(fs.pid_path(pid, "root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (root.get() < 0) {
+      const int err = errno;
+      return refuse(m, std::string("cannot open the root of pid ") + std::to_string(pid) + ": " +
+                           std::strerror(err), err);
+    }
+    fd = ScopedFd(open_in_root(root.get(), std::string(m.file_path())));
+    if (fd.get() < 0) {
+      const int err = errno;
+      if (err == ENOSYS) {
+        return refuse(m, "not opened: neither /proc/PID/map_files (needs CAP_SYS_ADMIN) nor "
+                         "openat2 (Linux 5.6+) is available to open it safely", err);
+      }
+      return refuse(m, std::string("cannot open it in the root of pid ") + std::to_string(pid) +
+                           ": " + std::strerror(err), err);
+    }
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    const int err = errno;
+    return refuse(m, std::string("cannot stat: ") + std::strerror(err), err);
+  }
+  if (!S_ISREG(st.st_mode)) return refuse(m, "not a regular file", EINVAL);
+  const bool same_inode = static_cast<std::uint64_t>(st.st_ino) == m.inode;
+  bool same_dev = major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor;
+  if (!same_dev && same_inode && !via_map_files) {
+    // overlayfs reports its own device for a file whose mapping shows the layer's.
+    struct statfs sf {};
+    same_dev = ::fstatfs(fd.get(), &sf) == 0 && sf.f_type == OVERLAYFS_SUPER_MAGIC;
+  }
+  if (!same_inode || !same_dev) {
+    return refuse(m, "is not the file pid " + std::to_string(pid) + " maps (device " +
+                         std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                         " inode " + std::to_string(st.st_ino) + ", the mapping's " +
+                         std::to_string(m.dev_major) + ":" + std::to_string(m.dev_minor) +
+                         " inode " + std::to_string(m.inode) + "): a symlink or a file swapped "
+                         "since; not read", EXDEV);
+  }
+  return fd;
+}
+
+Result<ScopedFd> open_mapped_file(const host::Procfs& fs, int pid, const MappedLibrary& lib) {
+  MapsEntry m;
+  m.start = lib.start;
+  m.end = lib.end;
+  m.inode = lib.inode;
+  m.dev_major = lib.dev_major;
+  m.dev_minor = lib.dev_minor;
+  m.path = lib.path;
+  return open_mapped_file(fs, pid, m);
 }
 
 }  // namespace stallwatch::trace

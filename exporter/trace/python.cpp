@@ -1,4 +1,5 @@
-// CPython layouts, interpreter discovery and frame decoding (python.h).
+// CPython layouts, interpreter discovery and the registry (python.h); frames are decoded in
+// python_frames.cpp.
 #include "trace/python.h"
 
 #include <fcntl.h>
@@ -109,66 +110,6 @@ std::uint64_t u64_at(std::string_view b, size_t index) {
   std::uint64_t v = 0;
   std::memcpy(&v, b.data() + index * 8, 8);
   return v;
-}
-
-// Bytes of a PyUnicode object read from the process, as UTF-8 (compact objects only: every
-// identifier and file name CPython creates is compact). At most kMaxString characters.
-constexpr size_t kMaxString = 1024;
-
-void append_utf8(std::string& out, std::uint32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xc0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xe0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else if (c < 0x110000) {
-    out += static_cast<char>(0xf0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else {
-    out += '?';
-  }
-}
-
-std::optional<std::string> read_unicode(const ProcessMemory& mem, const PyLayout& l,
-                                        std::uint64_t obj) {
-  if (!obj) return std::nullopt;
-  // PyASCIIObject: ob_refcnt, ob_type, length, hash, state (a 32-bit bitfield).
-  struct {
-    std::uint64_t refcnt, type, length, hash;
-    std::uint32_t state;
-  } head{};
-  if (!mem.read(obj, &head, sizeof head)) return std::nullopt;
-  const unsigned kind = (head.state >> 2) & 7, compact = (head.state >> 5) & 1,
-                 ascii = (head.state >> 6) & 1;
-  if (!compact || head.length > kMaxString) return std::nullopt;
-  const std::uint64_t data = obj + (ascii ? l.ascii_size : l.compact_size);
-  if (kind != 1 && kind != 2 && kind != 4) return std::nullopt;
-  std::string raw(head.length * kind, '\0');
-  if (!raw.empty() && !mem.read(data, raw.data(), raw.size())) return std::nullopt;
-  if (ascii) return raw;
-  std::string out;
-  for (size_t i = 0; i < head.length; ++i) {
-    std::uint32_t c = 0;
-    std::memcpy(&c, raw.data() + i * kind, kind);
-    append_utf8(out, c);
-  }
-  return out;
-}
-
-// A PyBytesObject's contents (ob_size at 16, ob_sval at 32 in every version), at most `cap`.
-std::optional<std::string> read_bytes(const ProcessMemory& mem, std::uint64_t obj, size_t cap) {
-  if (!obj) return std::nullopt;
-  auto size = mem.read_u64(obj + 16);
-  if (!size || *size > cap) return std::nullopt;
-  std::string out(*size, '\0');
-  if (!out.empty() && !mem.read(obj + 32, out.data(), out.size())) return std::nullopt;
-  return out;
 }
 
 // "python3.12", "libpython3.12.so.1.0", "libpython3.12d.so" → (3, 12).
@@ -374,8 +315,8 @@ std::optional<std::uint64_t> ProcessMemory::read_u64(std::uint64_t addr) const {
 Result<PyProcess> inspect_python(const host::Procfs& fs, int pid) {
   const std::string maps = host::Procfs::read_bounded(fs.pid_path(pid, "maps"), kMaxMapsBytes);
   if (maps.empty()) return make_error("its /proc/PID/maps cannot be read (exited?)");
-  // Candidate files, each with the lowest address it is mapped at with file offset 0.
-  std::vector<std::pair<std::string, std::uint64_t>> files;
+  // Candidate files, each by its first mapping at file offset 0 (the lowest address).
+  std::vector<MapsEntry> files;
   size_t pos = 0;
   while (pos < maps.size()) {
     size_t nl = maps.find('\n', pos);
@@ -383,9 +324,9 @@ Result<PyProcess> inspect_python(const host::Procfs& fs, int pid) {
     MapsEntry e;
     if (parse_maps_line(std::string_view(maps).substr(pos, nl - pos), e) && e.offset == 0 &&
         !e.path.empty() && e.path[0] == '/' && looks_like_python(e.file_path())) {
-      std::string path(e.file_path());
-      if (std::none_of(files.begin(), files.end(), [&](auto& f) { return f.first == path; })) {
-        files.emplace_back(path, e.start);
+      if (std::none_of(files.begin(), files.end(),
+                       [&](const MapsEntry& f) { return f.file_path() == e.file_path(); })) {
+        files.push_back(std::move(e));
       }
     }
     pos = nl + 1;
@@ -394,8 +335,17 @@ Result<PyProcess> inspect_python(const host::Procfs& fs, int pid) {
   ProcessMemory mem(fs, pid);
   if (!mem.ok()) return make_error("its memory cannot be read (" + std::string(std::strerror(errno)) + ")");
   std::string last_error = "no mapped python file exports _PyRuntime";
-  for (const auto& [path, start] : files) {
-    auto found = read_symbol_addresses(host_path(fs, pid, path), {"_PyRuntime", "Py_Version"});
+  for (const MapsEntry& mapping : files) {
+    const std::string path(mapping.file_path());
+    const std::uint64_t start = mapping.start;
+    // The file the process maps (also when deleted since), never what a symlink planted in
+    // its root names on the host.
+    auto file = open_mapped_file(fs, pid, mapping);
+    if (!file) {
+      last_error = file.error().message;
+      continue;
+    }
+    auto found = read_symbol_addresses(file->get(), path, {"_PyRuntime", "Py_Version"});
     if (!found) {
       last_error = found.error().message;
       continue;
@@ -566,39 +516,6 @@ size_t PythonRegistry::python_processes() const {
   std::lock_guard lock(mu_);
   return static_cast<size_t>(std::count_if(entries_.begin(), entries_.end(),
                                            [](const auto& e) { return e.second.process; }));
-}
-
-std::optional<PyFrame> PyResolver::resolve(const PythonRegistry::Found& p, std::uint64_t code,
-                                           std::uint32_t instr) {
-  const int pid = p.process.pid;
-  const PyLayout& layout = p.process.layout;
-  if (code == 0) return std::nullopt;
-  if (codes_.size() >= 65536) codes_.clear();  // bound: names are re-read when needed
-  auto [it, fresh] = codes_.try_emplace({pid, p.serial, code});
-  if (fresh) {
-    ProcessMemory mem(fs_, pid);
-    Code c;
-    auto name_ptr = mem.read_u64(code + (layout.co_qualname ? layout.co_qualname : layout.co_name));
-    auto file_ptr = mem.read_u64(code + layout.co_filename);
-    auto table_ptr = mem.read_u64(code + layout.co_linetable);
-    std::int32_t first = 0;
-    auto name = name_ptr ? read_unicode(mem, layout, *name_ptr) : std::nullopt;
-    auto file = file_ptr ? read_unicode(mem, layout, *file_ptr) : std::nullopt;
-    if (name && file && mem.read(code + layout.co_firstlineno, &first, sizeof first)) {
-      c.function = std::move(*name);
-      c.file = std::move(*file);
-      c.firstlineno = first;
-      c.linetable = table_ptr ? read_bytes(mem, *table_ptr, 1u << 20).value_or("") : "";
-      it->second = std::move(c);
-    }
-  }
-  if (!it->second) return std::nullopt;
-  const Code& c = *it->second;
-  PyFrame f{c.function, c.file, 0};
-  auto line = layout.minor >= 11 ? py_line_311(c.linetable, c.firstlineno, instr)
-                                 : py_line_310(c.linetable, c.firstlineno, instr);
-  f.line = line.value_or(0);
-  return f;
 }
 
 }  // namespace stallwatch::trace

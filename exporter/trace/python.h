@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -131,20 +132,46 @@ class PythonRegistry {
 };
 
 // Decodes (code object, instruction offset) pairs; caches each code object's names and line
-// table (code objects of functions live as long as their module).
+// table (code objects of functions live as long as their module) under a byte budget: the
+// traced process decides how many code objects and how long a line table (up to
+// kMaxLineTable each) it shows us, so past kCodeBudget bytes or kMaxCodes entries the least
+// recently used are dropped (re-read if asked again), and one bigger than the whole budget is
+// answered without being kept. Evictions and refusals are counted. (python_frames.cpp)
 class PyResolver {
  public:
-  explicit PyResolver(const host::Procfs& fs) : fs_(fs) {}
+  static constexpr std::uint64_t kCodeBudget = 16ull << 20;    // names and line tables kept
+  static constexpr size_t kMaxCodes = 65536;                  // code objects kept
+  static constexpr size_t kMaxLineTable = 1u << 20;           // bytes read of one line table
+  explicit PyResolver(const host::Procfs& fs, std::uint64_t budget = kCodeBudget)
+      : fs_(fs), budget_(budget) {}
   std::optional<PyFrame> resolve(const PythonRegistry::Found& p, std::uint64_t code,
                                  std::uint32_t instr);
+
+  std::uint64_t cached_bytes() const { return cached_bytes_; }
+  size_t cached_codes() const { return codes_.size(); }
+  std::uint64_t evicted() const { return evicted_; }  // dropped, least recently used first
+  std::uint64_t refused() const { return refused_; }  // alone over the budget: not kept
 
  private:
   struct Code {
     std::string function, file, linetable;
     int firstlineno = 0;
   };
+  using Key = std::tuple<int, std::uint64_t, std::uint64_t>;  // (pid, serial, code object)
+  struct Slot {
+    std::optional<Code> code;  // nullopt: unreadable (remembered so, too)
+    std::uint64_t bytes = 0;
+    std::list<Key>::iterator lru;
+  };
+  std::optional<Code> read_code(const PythonRegistry::Found& p, std::uint64_t code) const;
+  static std::uint64_t bytes_of(const std::optional<Code>& c);
+  void drop_oldest();
+
   const host::Procfs& fs_;
-  std::map<std::tuple<int, std::uint64_t, std::uint64_t>, std::optional<Code>> codes_;
+  std::uint64_t budget_;
+  std::map<Key, Slot> codes_;
+  std::list<Key> lru_;  // most recently used first
+  std::uint64_t cached_bytes_ = 0, evicted_ = 0, refused_ = 0;
 };
 
 }  // namespace stallwatch::trace

@@ -8,13 +8,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <string_view>
 
 namespace stallwatch::trace {
 namespace {
 
-constexpr size_t kMaxFiles = 512;      // cached files; the cache is dropped past it
+constexpr size_t kMaxFiles = 512;      // cached files; the least recently used go past it
 constexpr size_t kMaxProcesses = 4096;  // cached process maps
 constexpr size_t kMaxLoads = 4;  // files read in the background at once; more wait their turn
 
@@ -68,22 +69,26 @@ const MapsEntry* Symbolizer::mapping(int pid, std::uint64_t addr) {
   return find(v);
 }
 
-namespace {
-
-template <typename File>
-File load_file(const std::string& path) {
+Symbolizer::File Symbolizer::load(ScopedFd fd, const std::string& name, std::uint64_t budget) {
   File f;
-  auto symbols = read_function_symbols(path);
-  if (symbols) {
+  try {
+    auto symbols = read_function_symbols(fd.get(), name);
+    if (!symbols) return f;
+    f.readable = true;
+    for (const ElfSymbol& s : *symbols) f.bytes += sizeof(ElfSymbol) + s.name.size();
+    if (f.bytes > budget) {
+      f.over_budget = true;
+      f.bytes = 0;
+      return f;
+    }
     f.by_offset = std::move(*symbols);
     std::sort(f.by_offset.begin(), f.by_offset.end(),
               [](const ElfSymbol& a, const ElfSymbol& b) { return a.file_offset < b.file_offset; });
-    f.readable = true;
+  } catch (const std::exception&) {
+    f = File{};  // out of memory: unnamed frames, the pipeline goes on
   }
   return f;
 }
-
-}  // namespace
 
 Symbolizer::~Symbolizer() { wait_for_loads(); }
 
@@ -91,27 +96,51 @@ void Symbolizer::wait_for_loads() {
   for (auto& [key, load] : loading_) load.wait();
 }
 
+const Symbolizer::File& Symbolizer::keep(const FileKey& key, File f) {
+  if (f.over_budget) refused_files_++;
+  // Least recently used first, never the file being added.
+  while (!files_.empty() &&
+         (cached_bytes_ + f.bytes > symbol_budget_ || files_.size() >= kMaxFiles)) {
+    auto oldest = std::min_element(files_.begin(), files_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_used < b.second.last_used;
+    });
+    cached_bytes_ -= oldest->second.bytes;
+    files_.erase(oldest);
+    evicted_files_++;
+  }
+  f.last_used = ++use_clock_;
+  cached_bytes_ += f.bytes;
+  return files_.insert_or_assign(key, std::move(f)).first->second;
+}
+
 const Symbolizer::File& Symbolizer::file(int pid, const MapsEntry& m) {
   static const File kPending;  // a file being read in the background: no names yet
   const FileKey key{(std::uint64_t{m.dev_major} << 32) | m.dev_minor, m.inode};
   auto it = files_.find(key);
-  if (it != files_.end()) return it->second;
+  if (it != files_.end()) {
+    it->second.last_used = ++use_clock_;
+    return it->second;
+  }
   if (auto l = loading_.find(key); l != loading_.end()) {
     if (l->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return kPending;
     File f = l->second.get();
     loading_.erase(l);
-    if (files_.size() >= kMaxFiles) files_.clear();
-    return files_.emplace(key, std::move(f)).first->second;
+    return keep(key, std::move(f));
   }
-  if (files_.size() >= kMaxFiles) files_.clear();
-  const std::string path = host_path(fs_, pid, std::string(m.file_path()));
+  // The file the mapping holds, not what its path names now in the process's root.
+  auto fd = open_mapped_file(fs_, pid, m);
+  if (!fd) return keep(key, File{});  // refused or gone: unnamed frames, not retried
   struct stat st {};
-  if (stat(path.c_str(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= background_bytes_) {
+  const std::string name(m.file_path());
+  const std::uint64_t budget = symbol_budget_;
+  if (fstat(fd->get(), &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= background_bytes_) {
     if (loading_.size() >= kMaxLoads) return kPending;  // asked again by a later window
-    loading_.emplace(key, std::async(std::launch::async, [path] { return load_file<File>(path); }));
+    loading_.emplace(key, std::async(std::launch::async, [fd = std::move(*fd), name, budget]() mutable {
+                       return load(std::move(fd), name, budget);
+                     }));
     return kPending;
   }
-  return files_.emplace(key, load_file<File>(path)).first->second;
+  return keep(key, load(std::move(*fd), name, budget));
 }
 
 std::vector<NativeFrame> Symbolizer::symbolize(int pid, const std::vector<std::uint64_t>& ips) {

@@ -1,12 +1,18 @@
 // Tests for trace/elf_symbols: offsets checked against the loader itself (the bytes at each
 // file offset must be the bytes dlopen maps at the dlsym'd address), default symbol versions,
-// and refusal of missing, foreign, truncated and corrupted files without crashing.
+// and refusal of missing, foreign, truncated and corrupted files without crashing; and the
+// hostile files of issue 35 built for real (sparse files whose headers claim 2^34 sections or a
+// 200 MiB symbol table inside a hole): an error naming the file, and no memory spent on them.
 // Needs MOCK_CUDART_PATH: the built tests/mock/mock_cudart.c (libcudart.so.12).
 #include "trace/elf_symbols.h"
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <random>
@@ -244,6 +251,177 @@ TEST(ElfSymbolsTest, CorruptedHeadersNeverCrash) {
       EXPECT_FALSE(r.error().message.empty());
     }
   }
+}
+
+
+// ---- Hostile files (issue 35, rows 2 and 3) ----
+
+// A 64-bit ET_DYN header with one PT_LOAD over the first 4 KiB and `shnum` section headers at
+// byte 128 (filled in by the caller), padded to 4 KiB: what `ftruncate` then makes sparse.
+std::string hostile_image(std::uint16_t shnum) {
+  std::string image(4096, '\0');
+  Elf64_Ehdr eh{};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_ident[EI_VERSION] = EV_CURRENT;
+  eh.e_type = ET_DYN;
+  eh.e_machine = EM_X86_64;
+  eh.e_version = EV_CURRENT;
+  eh.e_ehsize = sizeof(Elf64_Ehdr);
+  eh.e_phoff = 64;
+  eh.e_phentsize = sizeof(Elf64_Phdr);
+  eh.e_phnum = 1;
+  eh.e_shoff = 128;
+  eh.e_shentsize = sizeof(Elf64_Shdr);
+  eh.e_shnum = shnum;
+  std::memcpy(image.data(), &eh, sizeof eh);
+  Elf64_Phdr ph{};
+  ph.p_type = PT_LOAD;
+  ph.p_flags = PF_R | PF_X;
+  ph.p_filesz = ph.p_memsz = 4096;
+  std::memcpy(image.data() + 64, &ph, sizeof ph);
+  return image;
+}
+
+void put_section(std::string& image, int index, const Elf64_Shdr& sh) {
+  std::memcpy(image.data() + 128 + index * sizeof(Elf64_Shdr), &sh, sizeof sh);
+}
+
+// Writes `image` and extends the file to `apparent` bytes without storing them (a hole).
+void write_sparse(const std::string& path, const std::string& image, off_t apparent) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  ASSERT_EQ(::write(fd, image.data(), image.size()), static_cast<ssize_t>(image.size()));
+  ASSERT_EQ(::ftruncate(fd, apparent), 0) << std::strerror(errno);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  ::close(fd);
+  ASSERT_EQ(st.st_size, apparent);
+  ASSERT_LE(st.st_blocks * 512, 64 * 1024) << "the file system stored the hole";
+}
+
+// What a parse did in a child process: whether it returned (an exception or abort there kills
+// only the child), its error, and how much its peak RSS grew (ru_maxrss, KiB).
+struct ChildRun {
+  bool returned = false;
+  bool ok = false;
+  std::string message;
+  long rss_growth_kib = -1;
+};
+
+ChildRun run_in_child(const std::function<Result<std::vector<ElfSymbol>>()>& parse) {
+  int pipefd[2];
+  EXPECT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipefd[0]);
+    struct rusage before {}, after {};
+    ::getrusage(RUSAGE_SELF, &before);
+    auto r = parse();
+    ::getrusage(RUSAGE_SELF, &after);
+    std::string out = std::to_string(after.ru_maxrss - before.ru_maxrss) + " " +
+                      (r.ok() ? "ok" : "error " + r.error().message);
+    (void)!::write(pipefd[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(pipefd[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(pipefd[0], buf, sizeof buf)) > 0;) text.append(buf, n);
+  ::close(pipefd[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ChildRun run;
+  run.returned = WIFEXITED(status) && WEXITSTATUS(status) == 0 && !text.empty();
+  if (!run.returned) {
+    run.message = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                      : "exit status " + std::to_string(WEXITSTATUS(status));
+    return run;
+  }
+  const auto space = text.find(' ');
+  run.rss_growth_kib = std::stol(text.substr(0, space));
+  run.ok = text.compare(space + 1, 2, "ok") == 0;
+  if (!run.ok) run.message = text.substr(space + 7);
+  return run;
+}
+
+constexpr long kMaxRssGrowthKib = 4 * 1024;  // a few MiB: nothing sized by the header
+
+// Row 2: 4 KiB on disk, a terabyte apparent, e_shnum 0 and section 0's sh_size 2^34 (extended
+// numbering). The old reader reserved 2^34 x 64 bytes: std::bad_alloc, abort.
+TEST(ElfSymbolsHostileTest, SparseFileClaiming2To34SectionsIsRefusedWithoutAllocating) {
+  std::string image = hostile_image(0);
+  Elf64_Shdr zero{};
+  zero.sh_size = 1ull << 34;
+  put_section(image, 0, zero);
+  TempFile f("libcudart.so.12");
+  write_sparse(f.path(), image, (1ll << 40) + 8192);
+  for (bool by_fd : {false, true}) {
+    ChildRun run = run_in_child([&]() -> Result<std::vector<ElfSymbol>> {
+      if (!by_fd) return read_function_symbols(f.path());
+      int fd = ::open(f.path().c_str(), O_RDONLY | O_CLOEXEC);
+      auto r = read_function_symbols(fd, f.path());
+      ::close(fd);
+      return r;
+    });
+    ASSERT_TRUE(run.returned) << "the parse crashed the process: " << run.message;
+    ASSERT_FALSE(run.ok);
+    EXPECT_NE(run.message.find(f.path()), std::string::npos) << run.message;
+    EXPECT_NE(run.message.find("17179869184 section headers"), std::string::npos) << run.message;
+    EXPECT_LT(run.rss_growth_kib, kMaxRssGrowthKib);
+  }
+  auto addresses = read_symbol_addresses(f.path(), {"_PyRuntime"});
+  ASSERT_FALSE(addresses.ok());
+  EXPECT_NE(addresses.error().message.find("section headers"), std::string::npos);
+}
+
+// Row 3: a .symtab claiming 200 MiB (and, within the budget, 48 MiB) that lies in a hole. The
+// old reader allocated and zero-filled it whole: peak RSS +200 MB for a 4 KiB file.
+TEST(ElfSymbolsHostileTest, SymbolTableInAHoleIsRefusedWithoutAllocating) {
+  for (std::uint64_t claimed : {200ull << 20, 48ull << 20}) {
+    std::string image = hostile_image(3);
+    Elf64_Shdr symtab{};
+    symtab.sh_type = SHT_SYMTAB;
+    symtab.sh_offset = 1ull << 30;
+    symtab.sh_size = claimed;
+    symtab.sh_entsize = sizeof(Elf64_Sym);
+    symtab.sh_link = 2;
+    put_section(image, 1, symtab);
+    Elf64_Shdr strtab{};
+    strtab.sh_type = SHT_STRTAB;
+    strtab.sh_offset = 1024;
+    strtab.sh_size = 16;
+    put_section(image, 2, strtab);
+    TempFile f("symtab_hole");
+    write_sparse(f.path(), image, 2ll << 30);
+    ChildRun run = run_in_child([&] { return read_function_symbols(f.path()); });
+    ASSERT_TRUE(run.returned) << "the parse crashed the process: " << run.message;
+    ASSERT_FALSE(run.ok) << claimed << " bytes of zeros were parsed as a symbol table";
+    EXPECT_NE(run.message.find(f.path()), std::string::npos) << run.message;
+    EXPECT_NE(run.message.find(claimed > kElfTableBudget ? "over the budget" : "hole"),
+              std::string::npos)
+        << run.message;
+    EXPECT_LT(run.rss_growth_kib, kMaxRssGrowthKib) << run.message;
+    auto addresses = read_symbol_addresses(f.path(), {"_PyRuntime"});
+    EXPECT_FALSE(addresses.ok());
+  }
+}
+
+// Program headers counted through PN_XNUM (section 0's sh_info, 32 bits) are capped too.
+TEST(ElfSymbolsHostileTest, ExtendedProgramHeaderCountIsCapped) {
+  std::string image = hostile_image(1);
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, image.data(), sizeof eh);
+  eh.e_phnum = PN_XNUM;
+  std::memcpy(image.data(), &eh, sizeof eh);
+  Elf64_Shdr zero{};
+  zero.sh_info = 0xffffffffu;
+  put_section(image, 0, zero);
+  auto r = read_function_symbols_in_memory(image);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("4294967295 program headers"), std::string::npos)
+      << r.error().message;
 }
 
 }  // namespace
