@@ -15,11 +15,12 @@
 #include <future>
 #include <mutex>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "common/log.h"
 #include "common/privileges.h"
+#include "metrics/basic_auth.h"
+#include "metrics/connection_guard.h"
 #include "metrics/web_config.h"
 
 namespace stallwatch::metrics {
@@ -29,20 +30,7 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMaxPemBytes = 1 << 20;
 constexpr auto kTick = std::chrono::milliseconds(200);
 constexpr auto kReloadEvery = std::chrono::seconds(2);
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
-      .count();
-}
-
-// One TCP connection, from MHD's connection notifications.
-struct Conn {
-  int fd = -1;
-  std::atomic<std::int64_t> waiting_since{0};  // since accept or the end of the last request
-  std::atomic<bool> in_request{false};
-  std::atomic<bool> served{false};  // has finished a request (now idle between requests)
-  bool cut = false;                 // shut down by the deadline (under the set's mutex)
-};
+constexpr int kListenBacklog = 1024;  // the kernel caps it at net.core.somaxconn
 
 // The PEM contents the running daemon was started with.
 struct TlsMaterial {
@@ -110,7 +98,9 @@ Result<std::pair<int, int>> bind_listen(const std::string& listen) {
     const int one = 1, zero = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (a->ai_family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 128) == 0) {
+    // A deep accept queue: a flood of connections that are refused at accept (per-address
+    // limit) must not fill it, or the kernel drops a scraper's SYN and it waits 1 s to retry.
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, kListenBacklog) == 0) {
       sockaddr_storage ss{};
       socklen_t len = sizeof ss;
       getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
@@ -148,11 +138,10 @@ struct HttpServer::Impl {
   std::shared_ptr<const WebConfig> config = std::make_shared<WebConfig>();  // atomic access
   TlsMaterial tls;  // what `daemon` was started with (manager thread)
   PasswordChecker passwords;
-
-  std::mutex conns_mu;
-  std::unordered_set<Conn*> conns;
-  std::atomic<unsigned> open{0};
-  std::atomic<std::uint64_t> cut_by_deadline{0}, over_cap{0};
+  ConnectionGuard guard;
+  std::atomic<std::uint64_t> over_cap{0};
+  std::uint64_t reported_throttled = 0;  // manager thread
+  Clock::time_point last_auth_report{};
 
   MHD_Daemon* daemon = nullptr;  // manager thread only, once started
   std::thread manager;
@@ -161,47 +150,54 @@ struct HttpServer::Impl {
   bool stopping = false;
 
   Impl(const HttpOptions& o, const SnapshotBoard& board, BuildInfo build)
-      : options(o), routes(board, std::move(build), o.enable_debug, o.classic_histograms,
-                                                   o.exposition) {}
+      : options(o),
+        routes(board, std::move(build), o.enable_debug, o.classic_histograms, o.exposition),
+        guard(guard_limits(o)) {}
+
+  static GuardLimits guard_limits(const HttpOptions& o) {
+    GuardLimits l;
+    l.per_address = o.max_connections_per_address != 0 ? o.max_connections_per_address
+                                                       : std::max(2u, o.max_connections / 4);
+    l.header_timeout = o.header_timeout;
+    l.idle_timeout = o.idle_timeout;
+    l.request_timeout = o.request_timeout;
+    l.max_draining = o.max_connections;
+    return l;
+  }
 
   std::shared_ptr<const WebConfig> current_config() const { return std::atomic_load(&config); }
 
   // --- MHD callbacks -------------------------------------------------------------------
+  static ConnectionGuard::Conn* conn_of(MHD_Connection* c) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? static_cast<ConnectionGuard::Conn*>(info->socket_context) : nullptr;
+  }
+
+  static MHD_Result on_accept(void* cls, const sockaddr* address, socklen_t) {
+    return static_cast<Impl*>(cls)->guard.admits(address) ? MHD_YES : MHD_NO;
+  }
+
   static void on_connection(void* cls, MHD_Connection* c, void** socket_context,
                             MHD_ConnectionNotificationCode code) {
     auto* self = static_cast<Impl*>(cls);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-      auto* conn = new Conn;
       const MHD_ConnectionInfo* fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-      conn->fd = fd ? fd->connect_fd : -1;
-      conn->waiting_since = now_ns();
-      *socket_context = conn;
-      std::lock_guard lock(self->conns_mu);
-      self->conns.insert(conn);
-      self->open.fetch_add(1);
-    } else if (*socket_context) {
-      auto* conn = static_cast<Conn*>(*socket_context);
-      {
-        std::lock_guard lock(self->conns_mu);  // the fd is closed after this returns
-        self->conns.erase(conn);
-        self->open.fetch_sub(1);
-      }
-      delete conn;
+      const MHD_ConnectionInfo* from =
+          MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      *socket_context =
+          self->guard.opened(fd ? fd->connect_fd : -1, from ? from->client_addr : nullptr);
+    } else if (*socket_context) {  // closed: the fd is closed after this returns
+      self->guard.closing(static_cast<ConnectionGuard::Conn*>(*socket_context));
       *socket_context = nullptr;
     }
   }
 
-  static void on_completed(void*, MHD_Connection* c, void**, MHD_RequestTerminationCode) {
-    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (!info || !info->socket_context) return;
-    auto* conn = static_cast<Conn*>(info->socket_context);
-    conn->served = true;
-    conn->waiting_since = now_ns();
-    conn->in_request = false;
+  static void on_completed(void* cls, MHD_Connection* c, void**, MHD_RequestTerminationCode) {
+    if (auto* conn = conn_of(c)) static_cast<Impl*>(cls)->guard.request_completed(conn);
   }
 
   MHD_Result send(MHD_Connection* c, const HttpResponse& r, const WebConfig& cfg, bool close,
-                  bool auth_challenge = false) {
+                  bool auth_challenge = false, const char* retry_after = nullptr) {
     auto* holder = new std::shared_ptr<const std::string>(r.body);
     const std::string& body = **holder;
     MHD_Response* resp = MHD_create_response_from_buffer_with_free_callback_cls(
@@ -221,6 +217,7 @@ struct HttpServer::Impl {
       MHD_add_response_header(resp, name.c_str(), value.c_str());
     }
     if (close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (retry_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry_after);
     const MHD_Result ok = auth_challenge
                               ? MHD_queue_basic_auth_fail_response(c, "stallwatch", resp)
                               : MHD_queue_response(c, static_cast<unsigned>(r.status), resp);
@@ -255,16 +252,22 @@ struct HttpServer::Impl {
   static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method,
                                const char*, const char*, size_t* upload_size, void** request) {
     auto* self = static_cast<Impl*>(cls);
-    if (*request) {  // a body after the answer was queued: discard it
+    ConnectionGuard::Conn* conn = conn_of(c);
+    if (!*request) {
+      // The head is in: the request deadline starts. The answer is queued on a later call, once
+      // any body is read: one queued on this first call makes libmicrohttpd close the
+      // connection after it (no keep-alive).
+      *request = self;
+      if (conn) self->guard.request_started(conn);
+      return MHD_YES;
+    }
+    if (*upload_size != 0) {  // a body (GET and HEAD only): discarded
       *upload_size = 0;
       return MHD_YES;
     }
-    *request = self;
-    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (info && info->socket_context) static_cast<Conn*>(info->socket_context)->in_request = true;
 
     const auto cfg = self->current_config();
-    if (self->open.load() > self->options.max_connections) {
+    if (self->guard.open() > self->options.max_connections) {
       self->over_cap.fetch_add(1);
       return self->send(c,
                         text_response(503, "too many connections (--web.max-connections " +
@@ -278,10 +281,17 @@ struct HttpServer::Impl {
     if (!cfg->users.empty()) {
       char* password = nullptr;
       char* user = MHD_basic_auth_get_username_password(c, &password);
-      const bool ok = user && password && self->passwords.check(*cfg, user, password);
+      static const std::string kNoClient;
+      const std::string& client = conn ? self->guard.client(conn) : kNoClient;
+      const Login login =
+          user && password ? self->passwords.check(*cfg, client, user, password) : Login::kDenied;
       if (user) MHD_free(user);
       if (password) MHD_free(password);
-      if (!ok) {
+      if (login == Login::kThrottled) {  // closed, so the next try passes the accept limit again
+        return self->send(c, text_response(429, "too many failed logins; try again later\n"),
+                          *cfg, true, false, "2");
+      }
+      if (login != Login::kGranted) {
         return self->send(c, text_response(401, "unauthorized\n"), *cfg, false, true);
       }
     }
@@ -316,7 +326,7 @@ struct HttpServer::Impl {
       }
     }
     opts.push_back({MHD_OPTION_END, 0, nullptr});
-    MHD_Daemon* d = MHD_start_daemon(flags, 0, nullptr, nullptr, &on_request, this,
+    MHD_Daemon* d = MHD_start_daemon(flags, 0, &on_accept, this, &on_request, this,
                                      MHD_OPTION_ARRAY, opts.data(), MHD_OPTION_END);
     if (!d) {
       return make_error(cfg.tls ? "cannot start the HTTPS listener: check cert_file and key_file "
@@ -326,20 +336,17 @@ struct HttpServer::Impl {
     return d;
   }
 
-  void cut_stalled() {
-    const std::int64_t now = now_ns();
-    std::lock_guard lock(conns_mu);
-    for (Conn* c : conns) {
-      if (c->cut || c->in_request || c->fd < 0) continue;
-      const auto limit = c->served ? options.idle_timeout : options.header_timeout;
-      if (now - c->waiting_since.load() <
-          std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count()) {
-        continue;
-      }
-      ::shutdown(c->fd, SHUT_RDWR);  // MHD sees the end and closes it on its own thread
-      c->cut = true;
-      cut_by_deadline.fetch_add(1);
-    }
+  // One line a minute at most when wrong passwords were answered 429 (the guard's own line
+  // covers refused connections and slow readers).
+  void report(Clock::time_point now) {
+    if (std::string line = guard.tick(now); !line.empty()) SW_LOG(kWarn) << line;
+    const std::uint64_t throttled = passwords.counts().throttled;
+    if (throttled == reported_throttled || now - last_auth_report < std::chrono::minutes(1)) return;
+    SW_LOG(kWarn) << "http: answered " << (throttled - reported_throttled)
+                  << " logins 429 without checking them (more than 5 failures from one address, "
+                     "then one every 2 s; or 2 a second from all)";
+    reported_throttled = throttled;
+    last_auth_report = now;
   }
 
   // Re-reads the web config and its certificates when one of the files changed. A change of
@@ -401,7 +408,7 @@ struct HttpServer::Impl {
       cv.wait_for(lock, kTick);
       if (stopping) break;
       lock.unlock();
-      cut_stalled();
+      report(Clock::now());
       if (!options.web_config_file.empty() && Clock::now() >= next_reload) {
         reload(stamps);
         next_reload = Clock::now() + kReloadEvery;
@@ -470,5 +477,12 @@ HttpServer::~HttpServer() {
 }
 
 int HttpServer::port() const { return impl_->port; }
+
+HttpCounters HttpServer::counters() const {
+  const GuardCounters g = impl_->guard.counters();
+  const PasswordChecker::Counts a = impl_->passwords.counts();
+  return {g.refused_per_address, impl_->over_cap.load(), g.cut_idle, g.cut_request,
+          a.bcrypts, a.denied, a.throttled};
+}
 
 }  // namespace stallwatch::metrics

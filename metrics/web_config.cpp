@@ -1,8 +1,6 @@
 #include "metrics/web_config.h"
 
-#include <crypt.h>
 #include <fcntl.h>
-#include <gnutls/crypto.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -16,7 +14,6 @@ namespace stallwatch::metrics {
 namespace {
 
 constexpr std::size_t kMaxConfigBytes = 1 << 20;
-constexpr std::size_t kMaxGoodKeys = 64;
 
 std::string resolve(const std::string& dir, const std::string& file) {
   if (file.empty() || file[0] == '/' || dir.empty()) return file;
@@ -211,40 +208,6 @@ Result<WebConfig> load_web_config(const std::string& path) {
   auto c = parse_web_config(*text, dir.empty() ? "." : dir);
   if (!c) return make_error("--web.config.file " + path + ": " + c.error().message);
   return c;
-}
-
-bool bcrypt_matches(const std::string& hash, const std::string& password) {
-  auto data = std::make_unique<crypt_data>();
-  const char* out = crypt_r(password.c_str(), hash.c_str(), data.get());
-  if (!out || out[0] == '*') return false;  // libxcrypt's failure token
-  const std::size_t n = std::strlen(out);
-  if (n != hash.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(out[i] ^ hash[i]);
-  return diff == 0;
-}
-
-bool PasswordChecker::check(const WebConfig& config, const std::string& user,
-                            const std::string& password) {
-  // A fixed valid bcrypt hash (cost 10), so unknown users cost the same as known ones.
-  static const std::string kDummy = "$2b$10$CwTycUXWue0Thq9StjUM0uJ8.pi8wEJ0lI3Ky5M6S7S2rNnTP7Iky";
-  const auto it = config.users.find(user);
-  const std::string& hash = it == config.users.end() ? kDummy : it->second;
-  const std::string material = user + '\0' + hash + '\0' + password;
-  unsigned char digest[32];
-  gnutls_hash_fast(GNUTLS_DIG_SHA256, material.data(), material.size(), digest);
-  const std::string key(reinterpret_cast<const char*>(digest), sizeof digest);
-  {
-    std::lock_guard lock(mu_);
-    if (std::find(good_.begin(), good_.end(), key) != good_.end()) return true;
-  }
-  const bool ok = bcrypt_matches(hash, password) && it != config.users.end();
-  if (ok) {
-    std::lock_guard lock(mu_);
-    if (good_.size() >= kMaxGoodKeys) good_.erase(good_.begin());
-    good_.push_back(key);
-  }
-  return ok;
 }
 
 }  // namespace stallwatch::metrics

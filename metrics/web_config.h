@@ -20,8 +20,6 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,21 +52,7 @@ Result<WebConfig> load_web_config(const std::string& path);
 // A file's contents, bounded (PEM files, the config): regular files only, at most `max` bytes.
 Result<std::string> read_small_file(const std::string& path, std::size_t max);
 
-// Checks basic-auth credentials against the users of a config. bcrypt is slow on purpose
-// (~50-100 ms at cost 10), and Prometheus sends the same credentials at every scrape, so
-// successes are remembered by a SHA-256 of user, hash and password (never the password), as
-// exporter-toolkit does; an unknown user costs a bcrypt too, so timing does not tell users
-// apart. Thread-safe.
-class PasswordChecker {
- public:
-  bool check(const WebConfig& config, const std::string& user, const std::string& password);
-
- private:
-  std::mutex mu_;
-  std::vector<std::string> good_;  // SHA-256 keys of recent successes (bounded)
-};
-
-// crypt(3) of `password` with the salt and cost of `hash`, compared in constant time.
-bool bcrypt_matches(const std::string& hash, const std::string& password);
+// Basic-auth checking (bcrypt, the cache of good credentials, the throttle of failures) is
+// metrics/basic_auth.h.
 
 }  // namespace stallwatch::metrics

@@ -240,6 +240,12 @@ TEST(Attack, IdleSocketsDoNotTakeTheEndpointDown) {
   std::vector<int> idle;
   for (int i = 0; i < 40; ++i) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // From 40 addresses (127.0.1.N: all of 127/8 is loopback), so that the per-address limit
+    // (issue #35) lets every one be held and the deadline is what closes them.
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000100u + static_cast<std::uint32_t>(i + 1));
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from), 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
