@@ -1,5 +1,6 @@
 // What every host string goes through before a person, a label or a protobuf sees it:
-// to_valid_utf8 is valid UTF-8 and idempotent; escape_name is one printable line.
+// to_valid_utf8 is valid UTF-8 and idempotent; escape_name and escape_line are one printable
+// line (escape_text keeps newlines only); shell_quote and shell_word are one word on one line.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,7 +19,24 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (unsigned char c : shown) {
     if (c < 0x20 || c == 0x7f) std::abort();
   }
+  auto printable = [](const std::string& t, bool newlines) {
+    if (!stallwatch::is_valid_utf8(t)) return false;
+    for (unsigned char c : t) {
+      if ((c < 0x20 && !(newlines && c == '\n')) || c == 0x7f) return false;
+    }
+    return true;
+  };
+  if (!printable(stallwatch::escape_line(s), false)) std::abort();
+  if (!printable(stallwatch::escape_text(s), true)) std::abort();
   const std::string quoted = stallwatch::shell_quote(s);
-  if (quoted.size() < 2 || quoted.front() != '\'' || quoted.back() != '\'') std::abort();
+  const bool ansi = quoted.starts_with("$'");
+  if (quoted.size() < (ansi ? 3u : 2u) || (!ansi && quoted.front() != '\'') ||
+      quoted.back() != '\'') {
+    std::abort();
+  }
+  // Either way the word stays on one printable line: no newline, ESC or CSI to paste.
+  if (!printable(quoted, false)) std::abort();
+  const std::string word = stallwatch::shell_word(s);
+  if (!printable(word, false) || word.empty()) std::abort();
   return 0;
 }
