@@ -385,6 +385,22 @@ void add_scalar(std::vector<Family>& out, const char* name, const char* help, Me
   out.push_back(std::move(f));
 }
 
+void add_http_families(const HttpStats& st, std::vector<Family>& out) {
+  if (!st.enabled) return;
+  auto f = family("stallwatch_http_rejected_total",
+                  "Connections and requests the /metrics listener turned away or cut, by reason "
+                  "(per_address, over_cap, header_deadline, request_deadline, login_throttled, "
+                  "login_denied).",
+                  MetricKind::kCounter, "{request}");
+  for (const auto& [reason, v] :
+       {std::pair{"per_address", st.refused_per_address}, {"over_cap", st.over_cap},
+        {"header_deadline", st.header_deadline}, {"request_deadline", st.request_deadline},
+        {"login_throttled", st.login_throttled}, {"login_denied", st.login_denied}}) {
+    f.points.push_back(point(nullptr, {{"reason", reason}}, count(v)));
+  }
+  out.push_back(std::move(f));
+}
+
 void add_kube_families(const KubeStats& st, std::vector<Family>& out) {
   if (!st.enabled) return;
   add_scalar(out, "stallwatch_kubernetes_pods",
@@ -516,6 +532,7 @@ std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build) {
   add_store_families(snap.store, out);
   add_otlp_families(snap.otlp, out);
   add_kube_families(snap.kube, out);
+  add_http_families(snap.http, out);
   return out;
 }
 

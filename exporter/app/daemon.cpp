@@ -217,6 +217,18 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   popts.engine.host_cpus = static_cast<int>(std::thread::hardware_concurrency());
   popts.engine.hang_threshold_ns = static_cast<std::uint64_t>(o.hang_threshold.count());
   popts.otlp = pusher.get();
+  popts.http_stats = [server = http->get()] {
+    const metrics::HttpCounters c = server->counters();
+    HttpStats s;
+    s.enabled = true;
+    s.refused_per_address = c.refused_per_address;
+    s.over_cap = c.over_cap;
+    s.header_deadline = c.cut_idle;
+    s.request_deadline = c.cut_request;
+    s.login_throttled = c.auth_throttled;
+    s.login_denied = c.auth_denied;
+    return s;
+  };
   app::Pipeline pipeline(popts, board, db);
   pipeline.set_store(db, keeper != nullptr);
   host::HostSampler host(fs);

@@ -103,6 +103,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
   }
   snap->store.configured = store_configured_;
   if (options_.otlp) snap->otlp = options_.otlp->stats();
+  if (options_.http_stats) snap->http = options_.http_stats();
   board_.publish(snap);
   if (options_.otlp) options_.otlp->offer(snap, changed);
   previous_ = std::move(snap);

@@ -5,6 +5,7 @@
 // Not thread-safe: one caller (the window loop). The store and board are thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,7 @@ struct PipelineOptions {
   chains::EngineOptions engine;
   size_t stored_outliers = 64;   // per window, longest first
   otlp::Pusher* otlp = nullptr;  // gets every published snapshot and changed chain; may be null
+  std::function<HttpStats()> http_stats;  // the listener's counters (run); may be empty
 };
 
 class Pipeline {

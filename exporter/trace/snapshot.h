@@ -279,6 +279,18 @@ struct StoreStats {
   std::uint64_t db_bytes = 0;
 };
 
+// What the /metrics listener turned away or cut since start (metrics/http_server.h
+// HttpCounters); `run` only. Floods show here (issue #35).
+struct HttpStats {
+  bool enabled = false;
+  std::uint64_t refused_per_address = 0;  // connections refused at accept: the address's share
+  std::uint64_t over_cap = 0;             // requests answered 503: --web.max-connections
+  std::uint64_t header_deadline = 0;      // closed at the header or keep-alive deadline
+  std::uint64_t request_deadline = 0;     // reset: the response not taken within the deadline
+  std::uint64_t login_throttled = 0;      // answered 429 without bcrypt
+  std::uint64_t login_denied = 0;         // answered 401 after bcrypt
+};
+
 // Self-metrics of the OTLP push (metrics/otlp/delivery.h), cumulative; disabled without
 // --otlp-endpoint.
 struct OtlpStats {
@@ -320,6 +332,7 @@ struct Snapshot {
   std::vector<ChainCount> chains;        // filled by the chain engine before publishing
   StoreStats store;                      // filled from the store before publishing
   OtlpStats otlp;                        // filled from the OTLP pusher before publishing
+  HttpStats http;                        // filled from the listener before publishing (run)
   KubeStats kube;                        // filled from the Kubernetes metadata before publishing
   // Per CPU, the window's time taken by the hypervisor and by interrupts (host/host_sampler.h);
   // filled by the pipeline before the chain engine sees the window. Empty when unknown.

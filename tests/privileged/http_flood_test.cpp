@@ -243,6 +243,12 @@ TEST(HttpFlood, IdleSocketsFromOneAddressDoNotStarveAnother) {
   stop = true;
   attacker.join();
   EXPECT_TRUE(flooding) << "opened " << opened << ", cut " << cut;
+  // The flood shows on /metrics: connections refused for the address's share.
+  ASSERT_TRUE(daemon.wait_windows()) << daemon.log_path();
+  const auto refused = find_sample(parse_exposition(daemon.metrics()),
+                                   "stallwatch_http_rejected_total", {{"reason", "per_address"}});
+  ASSERT_TRUE(refused.has_value()) << "no stallwatch_http_rejected_total{reason=\"per_address\"}";
+  EXPECT_GT(*refused, 0);
   std::printf(
       "idle flood: baseline worst %.4f s, bound %.3f s; for %.1f s under the flood "
       "%d/20 answered, median %.4f s, worst %.4f s; attacker opened %ld sockets, %ld "
