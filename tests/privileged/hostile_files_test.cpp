@@ -27,6 +27,7 @@
 
 #include "support/harness.h"
 #include "support/host_env.h"
+#include "support/hostile_elf.h"
 
 namespace stallwatch::test {
 namespace {
@@ -36,42 +37,6 @@ const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
 const std::string kMapFile = std::string(MOCK_DIR) + "/map_file";
 constexpr uid_t kNobody = 65534;
 
-std::string image_with_sections(std::uint16_t shnum) {
-  std::string image(4096, '\0');
-  Elf64_Ehdr eh{};
-  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
-  eh.e_ident[EI_CLASS] = ELFCLASS64;
-  eh.e_ident[EI_DATA] = ELFDATA2LSB;
-  eh.e_ident[EI_VERSION] = EV_CURRENT;
-  eh.e_type = ET_DYN;
-  eh.e_machine = EM_X86_64;
-  eh.e_phoff = 64;
-  eh.e_phentsize = sizeof(Elf64_Phdr);
-  eh.e_phnum = 1;
-  eh.e_shoff = 128;
-  eh.e_shentsize = sizeof(Elf64_Shdr);
-  eh.e_shnum = shnum;
-  std::memcpy(image.data(), &eh, sizeof eh);
-  Elf64_Phdr ph{};
-  ph.p_type = PT_LOAD;
-  ph.p_filesz = ph.p_memsz = 4096;
-  std::memcpy(image.data() + 64, &ph, sizeof ph);
-  return image;
-}
-
-void put_section(std::string& image, int index, const Elf64_Shdr& sh) {
-  std::memcpy(image.data() + 128 + index * sizeof(Elf64_Shdr), &sh, sizeof sh);
-}
-
-bool write_sparse(const std::string& path, const std::string& image, off_t apparent) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return false;
-  const bool ok = ::write(fd, image.data(), image.size()) == static_cast<ssize_t>(image.size()) &&
-                  ::ftruncate(fd, apparent) == 0 && ::fchmod(fd, 0644) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // A directory of hostile libraries any user can read.
 class HostileDir {
  public:
@@ -80,13 +45,13 @@ class HostileDir {
     dir_ = ::mkdtemp(tmpl);
     ::chmod(dir_.c_str(), 0755);
     // Row 2: e_shnum 0 and section 0's sh_size 2^34 (extended numbering), 1 TiB apparent.
-    std::string sections = image_with_sections(0);
+    std::string sections = hostile_image(0);
     Elf64_Shdr zero{};
     zero.sh_size = 1ull << 34;
     put_section(sections, 0, zero);
     ok_ = write_sparse(cudart(), sections, (1ll << 40) + 8192);
     // Row 3: a .symtab of 48 MiB (within the table budget) lying in a hole.
-    std::string symtab = image_with_sections(3);
+    std::string symtab = hostile_image(3);
     Elf64_Shdr sym{};
     sym.sh_type = SHT_SYMTAB;
     sym.sh_offset = 1ull << 30;
@@ -100,6 +65,11 @@ class HostileDir {
     str.sh_size = 16;
     put_section(symtab, 2, str);
     ok_ = ok_ && write_sparse(nccl(), symtab, 2ll << 30);
+    // The mapper runs as nobody, who may not reach the build tree (a clone under a 0700
+    // directory, as mktemp -d makes): a copy here, where any user can run it.
+    std::error_code ec;
+    std::filesystem::copy_file(kMapFile, mapper(), ec);
+    ok_ = ok_ && !ec && ::chmod(mapper().c_str(), 0755) == 0;
   }
   ~HostileDir() {
     std::error_code ec;
@@ -108,6 +78,7 @@ class HostileDir {
   bool ok() const { return ok_; }
   std::string cudart() const { return dir_ + "/libcudart.so.12"; }
   std::string nccl() const { return dir_ + "/libnccl.so.2"; }
+  std::string mapper() const { return dir_ + "/map_file"; }
 
  private:
   std::string dir_;
@@ -115,7 +86,7 @@ class HostileDir {
 };
 
 // map_file as user nobody, mapping `paths`; returns its pid once the files are mapped (or -1).
-pid_t map_as_nobody(const std::vector<std::string>& paths) {
+pid_t map_as_nobody(const std::string& mapper, const std::vector<std::string>& paths) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return -1;
   const pid_t pid = ::fork();
@@ -124,7 +95,7 @@ pid_t map_as_nobody(const std::vector<std::string>& paths) {
     if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
       ::_exit(126);
     }
-    std::vector<char*> argv{const_cast<char*>(kMapFile.c_str())};
+    std::vector<char*> argv{const_cast<char*>(mapper.c_str())};
     for (const auto& p : paths) argv.push_back(const_cast<char*>(p.c_str()));
     argv.push_back(nullptr);
     ::execv(argv[0], argv.data());
@@ -180,7 +151,7 @@ std::string own_cgroup_dir(const std::string& mount, const std::string& controll
 TEST(HostileFiles, DaemonUnderA256MiBCapSurvivesSparseLibrariesMappedByNobody) {
   HostileDir files;
   ASSERT_TRUE(files.ok()) << "cannot create the sparse files";
-  const pid_t mapper = map_as_nobody({files.cudart(), files.nccl()});
+  const pid_t mapper = map_as_nobody(files.mapper(), {files.cudart(), files.nccl()});
   ASSERT_GT(mapper, 0) << "map_file as nobody did not map the files";
 
   // The cap: the daemon is forked while this process sits in the capped cgroup.

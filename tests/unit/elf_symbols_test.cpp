@@ -6,6 +6,8 @@
 // Needs MOCK_CUDART_PATH: the built tests/mock/mock_cudart.c (libcudart.so.12).
 #include "trace/elf_symbols.h"
 
+#include "support/hostile_elf.h"
+
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -253,53 +255,20 @@ TEST(ElfSymbolsTest, CorruptedHeadersNeverCrash) {
   }
 }
 
-
 // ---- Hostile files (issue 35, rows 2 and 3) ----
 
-// A 64-bit ET_DYN header with one PT_LOAD over the first 4 KiB and `shnum` section headers at
-// byte 128 (filled in by the caller), padded to 4 KiB: what `ftruncate` then makes sparse.
-std::string hostile_image(std::uint16_t shnum) {
-  std::string image(4096, '\0');
-  Elf64_Ehdr eh{};
-  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
-  eh.e_ident[EI_CLASS] = ELFCLASS64;
-  eh.e_ident[EI_DATA] = ELFDATA2LSB;
-  eh.e_ident[EI_VERSION] = EV_CURRENT;
-  eh.e_type = ET_DYN;
-  eh.e_machine = EM_X86_64;
-  eh.e_version = EV_CURRENT;
-  eh.e_ehsize = sizeof(Elf64_Ehdr);
-  eh.e_phoff = 64;
-  eh.e_phentsize = sizeof(Elf64_Phdr);
-  eh.e_phnum = 1;
-  eh.e_shoff = 128;
-  eh.e_shentsize = sizeof(Elf64_Shdr);
-  eh.e_shnum = shnum;
-  std::memcpy(image.data(), &eh, sizeof eh);
-  Elf64_Phdr ph{};
-  ph.p_type = PT_LOAD;
-  ph.p_flags = PF_R | PF_X;
-  ph.p_filesz = ph.p_memsz = 4096;
-  std::memcpy(image.data() + 64, &ph, sizeof ph);
-  return image;
-}
-
-void put_section(std::string& image, int index, const Elf64_Shdr& sh) {
-  std::memcpy(image.data() + 128 + index * sizeof(Elf64_Shdr), &sh, sizeof sh);
-}
-
-// Writes `image` and extends the file to `apparent` bytes without storing them (a hole).
-void write_sparse(const std::string& path, const std::string& image, off_t apparent) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ASSERT_GE(fd, 0) << path << ": " << std::strerror(errno);
-  ASSERT_EQ(::write(fd, image.data(), image.size()), static_cast<ssize_t>(image.size()));
-  ASSERT_EQ(::ftruncate(fd, apparent), 0) << std::strerror(errno);
+// Writes `image` and extends the file to `apparent` bytes without storing them (a hole)
+// (support/hostile_elf.h), and checks the file system really left the hole unstored.
+void write_hole(const std::string& path, const std::string& image, off_t apparent) {
+  ASSERT_TRUE(test::write_sparse(path, image, apparent)) << path << ": " << std::strerror(errno);
   struct stat st {};
-  ASSERT_EQ(::fstat(fd, &st), 0);
-  ::close(fd);
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
   ASSERT_EQ(st.st_size, apparent);
   ASSERT_LE(st.st_blocks * 512, 64 * 1024) << "the file system stored the hole";
 }
+
+using test::hostile_image;
+using test::put_section;
 
 // What a parse did in a child process: whether it returned (an exception or abort there kills
 // only the child), its error, and how much its peak RSS grew (ru_maxrss, KiB).
@@ -356,7 +325,7 @@ TEST(ElfSymbolsHostileTest, SparseFileClaiming2To34SectionsIsRefusedWithoutAlloc
   zero.sh_size = 1ull << 34;
   put_section(image, 0, zero);
   TempFile f("libcudart.so.12");
-  write_sparse(f.path(), image, (1ll << 40) + 8192);
+  write_hole(f.path(), image, (1ll << 40) + 8192);
   for (bool by_fd : {false, true}) {
     ChildRun run = run_in_child([&]() -> Result<std::vector<ElfSymbol>> {
       if (!by_fd) return read_function_symbols(f.path());
@@ -394,7 +363,7 @@ TEST(ElfSymbolsHostileTest, SymbolTableInAHoleIsRefusedWithoutAllocating) {
     strtab.sh_size = 16;
     put_section(image, 2, strtab);
     TempFile f("symtab_hole");
-    write_sparse(f.path(), image, 2ll << 30);
+    write_hole(f.path(), image, 2ll << 30);
     ChildRun run = run_in_child([&] { return read_function_symbols(f.path()); });
     ASSERT_TRUE(run.returned) << "the parse crashed the process: " << run.message;
     ASSERT_FALSE(run.ok) << claimed << " bytes of zeros were parsed as a symbol table";
