@@ -56,8 +56,10 @@ std::string replace_secrets(std::string_view text, const std::vector<std::string
   return out;
 }
 
-// The credential after an HTTP auth scheme: `Bearer X`, `Basic X`.
-std::string redact_schemes(std::string_view s) {
+// Copies `s` word by word; after each word, `after(word, end, out)` may append what follows it
+// (redacted) and returns where copying goes on (`end` to leave the rest as it is).
+template <class After>
+std::string rewrite_after_words(std::string_view s, After after) {
   std::string out;
   size_t i = 0;
   while (i < s.size()) {
@@ -69,45 +71,34 @@ std::string redact_schemes(std::string_view s) {
     while (j < s.size() && word_char(s[j])) ++j;
     const std::string_view word = s.substr(i, j - i);
     out += word;
-    i = j;
-    if (!iequals(word, "bearer") && !iequals(word, "basic")) continue;
-    size_t k = j;
-    while (k < s.size() && blank(s[k])) ++k;
-    if (k > j && k < s.size() && !value_end(s[k])) {  // the scheme, blanks, a credential
-      out += s.substr(j, k - j);
-      out += kRedacted;
-      while (k < s.size() && !value_end(s[k])) ++k;
-      i = k;
-    }
+    i = after(word, j, out);
   }
   return out;
 }
 
+// The credential after an HTTP auth scheme: `Bearer X`, `Basic X`.
+std::string redact_schemes(std::string_view s) {
+  return rewrite_after_words(s, [s](std::string_view word, size_t j, std::string& out) {
+    if (!iequals(word, "bearer") && !iequals(word, "basic")) return j;
+    size_t k = j;
+    while (k < s.size() && blank(s[k])) ++k;
+    if (k == j || k >= s.size() || value_end(s[k])) return j;
+    out += s.substr(j, k - j);  // the scheme, blanks, a credential
+    out += kRedacted;
+    while (k < s.size() && !value_end(s[k])) ++k;
+    return k;
+  });
+}
+
 // `secret-looking-key <sep> value`: key=value, key: value, "key": "value".
 std::string redact_pairs(std::string_view s) {
-  std::string out;
-  size_t i = 0;
-  while (i < s.size()) {
-    if (!word_char(s[i]) || (i > 0 && word_char(s[i - 1]))) {
-      out += s[i++];
-      continue;
-    }
-    size_t j = i;
-    while (j < s.size() && word_char(s[j])) ++j;
-    const std::string_view word = s.substr(i, j - i);
-    out += word;
-    size_t k = j;
-    if (!looks_secret(word)) {
-      i = j;
-      continue;
-    }
+  return rewrite_after_words(s, [s](std::string_view word, size_t j, std::string& out) {
+    if (!looks_secret(word)) return j;
     // key"  :  "value"   or   key=value
+    size_t k = j;
     if (k < s.size() && (s[k] == '"' || s[k] == '\'')) ++k;
     while (k < s.size() && blank(s[k])) ++k;
-    if (k >= s.size() || (s[k] != ':' && s[k] != '=')) {
-      i = j;
-      continue;
-    }
+    if (k >= s.size() || (s[k] != ':' && s[k] != '=')) return j;
     ++k;
     while (k < s.size() && blank(s[k])) ++k;
     const char quote = k < s.size() && (s[k] == '"' || s[k] == '\'') ? s[k] : 0;
@@ -119,15 +110,11 @@ std::string redact_pairs(std::string_view s) {
     } else {
       while (end < s.size() && !value_end(s[end])) ++end;
     }
-    if (end == k) {  // nothing to hide (an empty value, or a key used as a word)
-      i = j;
-      continue;
-    }
+    if (end == k) return j;  // nothing to hide (an empty value, or a key used as a word)
     out += s.substr(j, k - j);
     out += kRedacted;
-    i = end;
-  }
-  return out;
+    return end;
+  });
 }
 
 }  // namespace
