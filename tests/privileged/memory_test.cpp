@@ -62,6 +62,18 @@ class Memory : public DaemonSuite {
     return Child(s);
   }
 
+  // The CUDA workload in `cg`, traced, and then a non-CUDA allocator there that the kernel
+  // OOM-kills; returns the workload (still running: the caller checks the kernel's count).
+  static Child cuda_and_one_oom_kill(const MemoryCgroup& cg) {
+    Child cuda = start_cuda(cg);
+    EXPECT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
+    Spawn hog;
+    hog.argv = {DATA_WORKER_BIN, "--alloc-mb", "256", "--step-ms", "2"};
+    cg.place(hog);
+    EXPECT_EQ(Child(hog).wait(std::chrono::seconds(60)), 128 + SIGKILL) << "not OOM-killed";
+    return cuda;
+  }
+
   // Reads the file 24 times through the page cache (~1.5 GiB, a few seconds here): under a
   // 16 MiB limit every page read pushes one out, a sustained ~15 % of wall time in memcg
   // reclaim (measured here with the cgroup's memory.pressure) over several windows.
@@ -119,12 +131,7 @@ TEST_F(Memory, ReadingPastTheLimitIsMemcgReclaimOfThatCgroupAndOpensAMemoryPress
 TEST_F(Memory, OomKillOfANonCudaProcessCountsOnceAsOtherInItsCgroup) {
   MemoryCgroup cg(unique("oom-other"), 32 * kMiB);
   ASSERT_TRUE(cg.ok()) << cg.error();
-  Child cuda = start_cuda(cg);
-  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
-  Spawn hog;
-  hog.argv = {DATA_WORKER_BIN, "--alloc-mb", "256", "--step-ms", "2"};
-  cg.place(hog);
-  EXPECT_EQ(Child(hog).wait(std::chrono::seconds(60)), 128 + SIGKILL) << "not OOM-killed";
+  Child cuda = cuda_and_one_oom_kill(cg);
   ASSERT_EQ(cg.oom_kills(), 1u) << "the kernel's count of OOM kills in " << cg.memory_dir();
   ASSERT_TRUE(cuda.running()) << "the OOM killer chose the CUDA workload, not the allocator";
 
@@ -154,12 +161,7 @@ TEST_F(Memory, OomKillOfANonCudaProcessCountsOnceAsOtherInItsCgroup) {
 TEST_F(Memory, HostileCgroupNameInTheFixIsNeverRun) {
   MemoryCgroup cg(unique("inject;echo${IFS}INJECTED;#\x1b[31m"), 32 * kMiB);
   ASSERT_TRUE(cg.ok()) << cg.error();
-  Child cuda = start_cuda(cg);
-  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
-  Spawn hog;
-  hog.argv = {DATA_WORKER_BIN, "--alloc-mb", "256", "--step-ms", "2"};
-  cg.place(hog);
-  EXPECT_EQ(Child(hog).wait(std::chrono::seconds(60)), 128 + SIGKILL) << "not OOM-killed";
+  Child cuda = cuda_and_one_oom_kill(cg);
   ASSERT_EQ(cg.oom_kills(), 1u) << cg.memory_dir();
   // The chain from explain's JSON, parsed whole: its cgroup holds an ESC, escaped there.
   std::string raw, fix;
