@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/guard.h"
 #include "common/log.h"
 #include "common/privileges.h"
 #include "metrics/basic_auth.h"
@@ -249,8 +250,21 @@ struct HttpServer::Impl {
     return "";
   }
 
+  // libmicrohttpd is C: an exception must not cross it. A request whose handling throws is
+  // logged once and its connection closed (MHD_NO); the listener goes on.
   static MHD_Result on_request(void* cls, MHD_Connection* c, const char* url, const char* method,
-                               const char*, const char*, size_t* upload_size, void** request) {
+                               const char* version, const char* upload, size_t* upload_size,
+                               void** request) {
+    MHD_Result result = MHD_NO;
+    run_guarded("HTTP request", [&] {
+      result = handle_request(cls, c, url, method, version, upload, upload_size, request);
+    });
+    return result;
+  }
+
+  static MHD_Result handle_request(void* cls, MHD_Connection* c, const char* url,
+                                   const char* method, const char*, const char*,
+                                   size_t* upload_size, void** request) {
     auto* self = static_cast<Impl*>(cls);
     ConnectionGuard::Conn* conn = conn_of(c);
     if (!*request) {

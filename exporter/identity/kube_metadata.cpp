@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/duration.h"
+#include "common/guard.h"
 #include "common/log.h"
 #include "common/privileges.h"
 #include "common/redact.h"
@@ -280,7 +281,9 @@ void KubeMetadata::refresher() {
     SW_LOG(kWarn) << dropped.error().message;
   }
   while (true) {
-    list_once();
+    // An API server's answer is hostile input: whatever a parse throws is logged once and the
+    // next list goes on (common/guard.h).
+    run_guarded("Kubernetes pod list", [this] { list_once(); });
     std::unique_lock lock(mu_);
     last_list_ = clock::now();
     refresh_asked_ = false;

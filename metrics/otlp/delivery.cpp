@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 
+#include "common/guard.h"
 #include "common/log.h"
 #include "common/privileges.h"
 #include "metrics/otlp/config.h"
@@ -236,7 +237,12 @@ bool Delivery::State::flush_until(Clock::time_point deadline, bool end_when_hope
 
 Delivery::Delivery(DeliveryOptions options) : state_(std::make_unique<State>(std::move(options))) {
   HttpClient::global_init();
-  state_->thread = std::thread([s = state_.get()] { s->run(); });
+  // run() returns at shutdown; should a response make it throw, it is logged once and resumed.
+  state_->thread = std::thread([s = state_.get()] {
+    while (!run_guarded("OTLP delivery", [s] { s->run(); })) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  });
 }
 
 Delivery::~Delivery() {

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "common/guard.h"
 #include "common/log.h"
 
 namespace stallwatch::otlp {
@@ -110,9 +111,9 @@ void Pusher::loop() {
     lock.unlock();
     // A chain record goes at once; the snapshot waits for its interval.
     if (due) {
-      export_now();
+      run_guarded("OTLP export", [this] { export_now(); });
     } else {
-      send_logs();
+      run_guarded("OTLP export", [this] { send_logs(); });
     }
     lock.lock();
   }
