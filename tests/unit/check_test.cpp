@@ -209,5 +209,21 @@ TEST(RenderTest, Text) {
   EXPECT_TRUE(text.ends_with("tracing: NOT possible \u2014 fix the failures above\n"));
 }
 
+// Issue #35 row 9: a library path and a process name are any local user's choice. Neither an
+// ESC sequence, a CSI (U+009B), a bidi override nor a newline reaches the terminal raw.
+TEST(RenderTest, HostileNamesAreEscaped) {
+  CheckReport r = small_report();
+  r.libraries[0].path = "/tmp/x\x1b[2J\n/libcudart.so.12";
+  r.libraries[0].pids = {7};
+  r.libraries[0].comms = {"py\xc2\x9b" "31m\xe2\x80\xaetxt"};
+  const std::string text = render_text(r);
+  EXPECT_NE(text.find("  /tmp/x\\x1b[2J\\n/libcudart.so.12  (cuda, mapped by pid 7 py\\u009b31m\\u202etxt)\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find("\xc2\x9b"), std::string::npos);
+  EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace stallwatch::cli
