@@ -14,12 +14,25 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST(PasswordCheckerTest, BcryptAndTheCacheAgree) {
+// A cheap bcrypt hash (cost 4) of `password`, made with a fresh salt.
+std::string bcrypt(const char* password) {
   char salt[CRYPT_GENSALT_OUTPUT_SIZE];
-  ASSERT_NE(crypt_gensalt_rn("$2y$", 4, nullptr, 0, salt, sizeof salt), nullptr);
+  if (!crypt_gensalt_rn("$2y$", 4, nullptr, 0, salt, sizeof salt)) return {};
   crypt_data data{};
+  const char* hash = crypt_r(password, salt, &data);
+  return hash ? hash : "";
+}
+
+// A web config with user "u", password "pw".
+WebConfig one_user() {
   WebConfig c;
-  c.users["u"] = crypt_r("pw", salt, &data);
+  c.users["u"] = bcrypt("pw");
+  return c;
+}
+
+TEST(PasswordCheckerTest, BcryptAndTheCacheAgree) {
+  WebConfig c = one_user();
+  ASSERT_TRUE(c.users["u"].starts_with("$2y$")) << "no bcrypt from crypt_gensalt/crypt_r";
   PasswordChecker check;
   const std::string client("\x7f\0\0\1", 4);
   EXPECT_EQ(check.check(c, client, "u", "pw"), Login::kGranted);
@@ -27,7 +40,7 @@ TEST(PasswordCheckerTest, BcryptAndTheCacheAgree) {
   EXPECT_EQ(check.counts().bcrypts, 1u);
   EXPECT_EQ(check.check(c, client, "u", "pw2"), Login::kDenied);
   EXPECT_EQ(check.check(c, client, "v", "pw"), Login::kDenied);
-  c.users["u"] = crypt_r("other", salt, &data);  // the hash rotated: the cached success is void
+  c.users["u"] = bcrypt("other");  // the hash rotated: the cached success is void
   EXPECT_EQ(check.check(c, client, "u", "pw"), Login::kDenied);
 }
 
@@ -35,11 +48,8 @@ TEST(PasswordCheckerTest, BcryptAndTheCacheAgree) {
 // the scraper's remembered credentials pass even from that address, other addresses are not
 // throttled by it, and tokens come back with time; remembered successes expire.
 TEST(PasswordCheckerTest, WrongPasswordsAreThrottledBeforeBcrypt) {
-  char salt[CRYPT_GENSALT_OUTPUT_SIZE];
-  ASSERT_NE(crypt_gensalt_rn("$2y$", 4, nullptr, 0, salt, sizeof salt), nullptr);
-  crypt_data data{};
-  WebConfig c;
-  c.users["u"] = crypt_r("pw", salt, &data);
+  WebConfig c = one_user();
+  ASSERT_TRUE(c.users["u"].starts_with("$2y$")) << "no bcrypt from crypt_gensalt/crypt_r";
   PasswordChecker check;
   const std::string attacker("\x7f\0\0\2", 4), scraper("\x7f\0\0\1", 4);
   auto t = std::chrono::steady_clock::now();
@@ -68,11 +78,8 @@ TEST(PasswordCheckerTest, WrongPasswordsAreThrottledBeforeBcrypt) {
 
 // Many addresses together: the shared bucket (burst 10, 2 a second) bounds bcrypt in all.
 TEST(PasswordCheckerTest, AFloodFromManyAddressesIsBoundedToo) {
-  char salt[CRYPT_GENSALT_OUTPUT_SIZE];
-  ASSERT_NE(crypt_gensalt_rn("$2y$", 4, nullptr, 0, salt, sizeof salt), nullptr);
-  crypt_data data{};
-  WebConfig c;
-  c.users["u"] = crypt_r("pw", salt, &data);
+  WebConfig c = one_user();
+  ASSERT_TRUE(c.users["u"].starts_with("$2y$")) << "no bcrypt from crypt_gensalt/crypt_r";
   PasswordChecker check;
   const auto t = std::chrono::steady_clock::now();
   int denied = 0;
