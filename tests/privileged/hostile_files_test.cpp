@@ -45,25 +45,9 @@ class HostileDir {
     dir_ = ::mkdtemp(tmpl);
     ::chmod(dir_.c_str(), 0755);
     // Row 2: e_shnum 0 and section 0's sh_size 2^34 (extended numbering), 1 TiB apparent.
-    std::string sections = hostile_image(0);
-    Elf64_Shdr zero{};
-    zero.sh_size = 1ull << 34;
-    put_section(sections, 0, zero);
-    ok_ = write_sparse(cudart(), sections, (1ll << 40) + 8192);
+    ok_ = write_sparse(cudart(), image_claiming_2to34_sections(), (1ll << 40) + 8192);
     // Row 3: a .symtab of 48 MiB (within the table budget) lying in a hole.
-    std::string symtab = hostile_image(3);
-    Elf64_Shdr sym{};
-    sym.sh_type = SHT_SYMTAB;
-    sym.sh_offset = 1ull << 30;
-    sym.sh_size = 48ull << 20;
-    sym.sh_entsize = sizeof(Elf64_Sym);
-    sym.sh_link = 2;
-    put_section(symtab, 1, sym);
-    Elf64_Shdr str{};
-    str.sh_type = SHT_STRTAB;
-    str.sh_offset = 1024;
-    str.sh_size = 16;
-    put_section(symtab, 2, str);
+    const std::string symtab = image_with_symtab_at_1gib(48ull << 20);
     ok_ = ok_ && write_sparse(nccl(), symtab, 2ll << 30);
     // The mapper runs as nobody, who may not reach the build tree (a clone under a 0700
     // directory, as mktemp -d makes): a copy here, where any user can run it.

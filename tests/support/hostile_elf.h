@@ -46,6 +46,35 @@ inline void put_section(std::string& image, int index, const Elf64_Shdr& sh) {
   std::memcpy(image.data() + 128 + index * sizeof(Elf64_Shdr), &sh, sizeof sh);
 }
 
+// Row 2 of issue #35: e_shnum 0 and section 0's sh_size 2^34 (extended numbering): 2^34
+// section headers claimed by a 4 KiB image.
+inline std::string image_claiming_2to34_sections() {
+  std::string image = hostile_image(0);
+  Elf64_Shdr zero{};
+  zero.sh_size = 1ull << 34;
+  put_section(image, 0, zero);
+  return image;
+}
+
+// Row 3: a .symtab of `claimed` bytes at 1 GiB (in the hole the caller leaves there), its
+// string table 16 bytes at 1024.
+inline std::string image_with_symtab_at_1gib(std::uint64_t claimed) {
+  std::string image = hostile_image(3);
+  Elf64_Shdr symtab{};
+  symtab.sh_type = SHT_SYMTAB;
+  symtab.sh_offset = 1ull << 30;
+  symtab.sh_size = claimed;
+  symtab.sh_entsize = sizeof(Elf64_Sym);
+  symtab.sh_link = 2;
+  put_section(image, 1, symtab);
+  Elf64_Shdr strtab{};
+  strtab.sh_type = SHT_STRTAB;
+  strtab.sh_offset = 1024;
+  strtab.sh_size = 16;
+  put_section(image, 2, strtab);
+  return image;
+}
+
 // Writes `image` (mode 0644, readable by any user) and extends the file to `apparent` bytes
 // without storing them: a hole. False when any step failed.
 inline bool write_sparse(const std::string& path, const std::string& image, off_t apparent) {

@@ -320,10 +320,7 @@ constexpr long kMaxRssGrowthKib = 4 * 1024;  // a few MiB: nothing sized by the 
 // Row 2: 4 KiB on disk, a terabyte apparent, e_shnum 0 and section 0's sh_size 2^34 (extended
 // numbering). The old reader reserved 2^34 x 64 bytes: std::bad_alloc, abort.
 TEST(ElfSymbolsHostileTest, SparseFileClaiming2To34SectionsIsRefusedWithoutAllocating) {
-  std::string image = hostile_image(0);
-  Elf64_Shdr zero{};
-  zero.sh_size = 1ull << 34;
-  put_section(image, 0, zero);
+  const std::string image = test::image_claiming_2to34_sections();
   TempFile f("libcudart.so.12");
   write_hole(f.path(), image, (1ll << 40) + 8192);
   for (bool by_fd : {false, true}) {
@@ -349,19 +346,7 @@ TEST(ElfSymbolsHostileTest, SparseFileClaiming2To34SectionsIsRefusedWithoutAlloc
 // old reader allocated and zero-filled it whole: peak RSS +200 MB for a 4 KiB file.
 TEST(ElfSymbolsHostileTest, SymbolTableInAHoleIsRefusedWithoutAllocating) {
   for (std::uint64_t claimed : {200ull << 20, 48ull << 20}) {
-    std::string image = hostile_image(3);
-    Elf64_Shdr symtab{};
-    symtab.sh_type = SHT_SYMTAB;
-    symtab.sh_offset = 1ull << 30;
-    symtab.sh_size = claimed;
-    symtab.sh_entsize = sizeof(Elf64_Sym);
-    symtab.sh_link = 2;
-    put_section(image, 1, symtab);
-    Elf64_Shdr strtab{};
-    strtab.sh_type = SHT_STRTAB;
-    strtab.sh_offset = 1024;
-    strtab.sh_size = 16;
-    put_section(image, 2, strtab);
+    const std::string image = test::image_with_symtab_at_1gib(claimed);
     TempFile f("symtab_hole");
     write_hole(f.path(), image, 2ll << 30);
     ChildRun run = run_in_child([&] { return read_function_symbols(f.path()); });
