@@ -6,6 +6,10 @@
 //   call_loop LIB [--calls N] [--warmup N]   tight loop; prints {"calls":N,"ns_per_call":X}
 //   call_loop LIB --rate R --seconds D [--threads T] [--tick-ms MS]
 //                                            R calls/s in all for D s; prints calls, seconds, rate
+//   call_loop LIB --progress FILE --seconds D
+//                                            tight loop for D s; after every period of the mix
+//                                            the periods done so far, a little-endian uint64 at
+//                                            the start of FILE (bench/job_cost.sh reads it)
 //
 // --tick-ms: how often a rate-mode thread wakes (default 1 ms); many processes at a low rate
 // (bench/rss_cgroups.sh) wake every 100 ms so that waking does not load the machine.
@@ -18,7 +22,11 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,7 +121,8 @@ static void* need(void* lib, const char* name) {
 static int usage(void) {
   fprintf(stderr,
           "usage: call_loop LIB [--calls N] [--warmup N]\n"
-          "       call_loop LIB --rate CALLS_PER_S --seconds D [--threads T] [--tick-ms MS]\n");
+          "       call_loop LIB --rate CALLS_PER_S --seconds D [--threads T] [--tick-ms MS]\n"
+          "       call_loop LIB --progress FILE --seconds D\n");
   return 2;
 }
 
@@ -123,6 +132,31 @@ static int tight(struct state* s, long calls, long warmup) {
   for (long i = 0; i < calls; ++i) next_call(s);
   long long elapsed = now_ns() - start;
   printf("{\"calls\":%ld,\"ns_per_call\":%.1f}\n", calls, (double)elapsed / (double)calls);
+  return 0;
+}
+
+// A job that runs continuously and tells how far it got: the periods of the mix done, stored in
+// FILE's first 8 bytes (a shared mapping: readers see it without the job writing syscalls).
+static int progress(struct state* s, const char* path, double seconds) {
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 || ftruncate(fd, 4096) != 0) {
+    perror("call_loop: --progress");
+    return 1;
+  }
+  uint64_t* done = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (done == MAP_FAILED) {
+    perror("call_loop: --progress mmap");
+    return 1;
+  }
+  const long long until = now_ns() + (long long)(seconds * 1e9);
+  uint64_t periods = 0;
+  while (now_ns() < until) {
+    for (int i = 0; i < MIX_LEN; ++i) next_call(s);
+    __atomic_store_n(done, ++periods, __ATOMIC_RELAXED);
+  }
+  printf("{\"periods\":%llu,\"calls\":%llu}\n", (unsigned long long)periods,
+         (unsigned long long)periods * MIX_LEN);
   return 0;
 }
 
@@ -192,10 +226,15 @@ int main(int argc, char** argv) {
   double rate = 0, seconds = 10;
   int threads = 1;
   double tick_ms = 1;
+  const char* progress_file = NULL;
   for (int i = 2; i < argc; ++i) {
     if (i + 1 >= argc) return usage();
     const char* flag = argv[i];
     const char* value = argv[++i];
+    if (strcmp(flag, "--progress") == 0) {
+      progress_file = value;
+      continue;
+    }
     char* end = NULL;
     double v = strtod(value, &end);
     if (*end != '\0' || v < 0) return usage();
@@ -233,7 +272,9 @@ int main(int argc, char** argv) {
   struct state s;
   memset(&s, 0, sizeof(s));
   s.rt = &rt;
-  int rc = rate > 0 ? paced(&rt, rate, seconds, threads, tick_ms, &s.err) : tight(&s, calls, warmup);
+  int rc = progress_file ? progress(&s, progress_file, seconds)
+           : rate > 0    ? paced(&rt, rate, seconds, threads, tick_ms, &s.err)
+                         : tight(&s, calls, warmup);
   if (s.err != 0) {
     fprintf(stderr, "call_loop: a call returned cudaError %d\n", s.err);
     return 1;

@@ -21,6 +21,8 @@
 //    its slow path, a caching allocator growing its pool: MOCK_CUDA_MALLOC_SLOW_US microseconds
 //    asleep, or of this thread's CPU time when MOCK_CUDA_MALLOC_SLOW_SPIN=1 (on-CPU work);
 //    MOCK_CUDA_MALLOC_CPU_US (default 0) microseconds of CPU in every cudaMalloc.
+//  - cudaLaunchKernel uses MOCK_CUDA_LAUNCH_CPU_US microseconds of CPU (default 0): a launch's host
+//    cost, for launch-bound loops (bench/job_cost.sh).
 //  - an allocation asking for more than MOCK_CUDA_OOM_ABOVE bytes (unset: no limit) returns
 //    cudaErrorMemoryAllocation, as a GPU out of memory does;
 //  - with MOCK_CUDART_DRIVER=PATH, cudaMalloc and cudaFree go through cuMemAlloc_v2 and
@@ -444,9 +446,16 @@ MOCK_API cudaError_t cudaFreeAsync_ptsz(void* devPtr, cudaStream_t hStream) {
   return cudaSuccess;
 }
 
+// MOCK_CUDA_LAUNCH_CPU_US (default 0): microseconds of this thread's CPU in every
+// cudaLaunchKernel, what a real launch costs the host (~5 us): a launch-bound loop for
+// bench/job_cost.sh.
+static long launch_cpu_us_cache = -1;
+
 MOCK_API cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args,
                                       size_t sharedMem, cudaStream_t stream) {
   mark(kCudaLaunchKernel);
+  const long cpu = env_us("MOCK_CUDA_LAUNCH_CPU_US", 0, &launch_cpu_us_cache);
+  if (cpu > 0) spin_cpu_us(cpu);
   (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
   return cudaSuccess;
 }

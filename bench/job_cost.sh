@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# What stallwatch costs a job (issue #40), measured so that 1 % can be told from the VM's noise.
+#
+# A launch-bound stand-in job (call_loop --progress: per period 8 cudaLaunchKernel of
+# LAUNCH_CPU_US of CPU each, 2 cudaMemcpyAsync, 1 cudaStreamSynchronize, and a cudaMalloc and
+# cudaFree every 16th: 178 traced calls) runs without a break, pinned to one CPU, while the
+# daemon is started and stopped around it: OFF, ON, OFF, ON, ... PAIRS times, each round
+# ROUND_S seconds of the job's own progress (read from a shared counter, so the job makes no
+# syscall to report it). An ON round counts only once the daemon has attached to the job's
+# library (multi-uprobe links: milliseconds) and ends before it is stopped.
+# Each pair also has a FLOOR round: bench/empty_probe's empty uprobe + uretprobe on the same
+# functions, the trap alone, which no tracer can go below (a bare uprobe costs microseconds on
+# some VMs): OFF, ON, OFF, FLOOR, OFF, ON, ... Each ON and FLOOR round is paired with the mean of
+# the OFF rounds on either side of it, so a drift of the host (steal time, a neighbour) over the
+# run cancels; the overhead of a pair is 1 - rate(ON) / rate(OFF). Printed: the median over the
+# pairs with a 95 % bootstrap interval of the median, for stallwatch and for the floor, the ns
+# each adds to a traced call, and the daemon's start-to-attached and stop times.
+#
+#   sudo bash bench/job_cost.sh              # builds what it needs; ~9 min with the defaults (each pair ~25 s:
+#                                          four rounds, and the empty pair detaching its links)
+#   sudo PAIRS=30 ROUND_S=4 bash bench/job_cost.sh
+#
+# Knobs (environment): PAIRS (20), ROUND_S (3), LAUNCH_CPU_US (5: a launch's host cost on a
+# GPU), JOB_CPU (the last CPU), PORT (19564, moves up to a free one), BUILD (build), JOBS (1),
+# OUT (bench/results/job-cost-latest.json), DAEMON_ARGS (extra flags for `stallwatch run`).
+# Needs root, cmake, curl, ss, taskset, od and python3. A benchmark: it passes or fails nothing.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD="${BUILD:-$ROOT/build}"
+JOBS="${JOBS:-1}"
+PAIRS="${PAIRS:-20}"
+ROUND_S="${ROUND_S:-3}"
+LAUNCH_CPU_US="${LAUNCH_CPU_US:-5}"
+JOB_CPU="${JOB_CPU:-$(($(nproc) - 1))}"
+PORT="${PORT:-19564}"
+OUT="${OUT:-$ROOT/bench/results/job-cost-latest.json}"
+DAEMON_ARGS="${DAEMON_ARGS:-}"
+PYTHON="${PYTHON:-python3}"
+MIX=178  # calls per period of call_loop's mix
+
+log() { echo "job_cost: $*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+now_ns() { date +%s%N; }
+
+[[ $EUID -eq 0 ]] || die "needs root (uprobes, the daemon); run with sudo"
+for tool in cmake curl ss taskset od "$PYTHON"; do
+  command -v "$tool" >/dev/null || die "needs $tool"
+done
+
+[[ -f $BUILD/CMakeCache.txt ]] || cmake -S "$ROOT" -B "$BUILD" >&2
+log "building stallwatch, mock_cudart_mock, call_loop, empty_probe (-j $JOBS)"
+cmake --build "$BUILD" --target stallwatch mock_cudart_mock call_loop empty_probe -j "$JOBS" >&2
+
+# A private copy of the mock runtime: its own inode, so nothing else traced fires in this job.
+WORK=$(mktemp -d /tmp/stallwatch-job-cost.XXXXXX)
+LIB="$WORK/libcudart.so.12"
+cp "$BUILD/mock/libcudart.so.12" "$LIB"
+JOB_PID=
+DAEMON_PID=
+FLOOR_PID=
+cleanup() {
+  set +e
+  [[ -n $JOB_PID ]] && kill "$JOB_PID" 2>/dev/null
+  [[ -n $DAEMON_PID ]] && kill "$DAEMON_PID" 2>/dev/null
+  [[ -n $FLOOR_PID ]] && kill "$FLOOR_PID" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+MOCK_CUDA_SYNC_CPU_US=0 MOCK_CUDA_LAUNCH_CPU_US="$LAUNCH_CPU_US" \
+  taskset -c "$JOB_CPU" "$BUILD/bench/call_loop" "$LIB" --progress "$WORK/progress" \
+  --seconds 86400 >"$WORK/job.json" &
+JOB_PID=$!
+progress() { od -An -tu8 -N8 "$WORK/progress" 2>/dev/null | tr -d ' \n'; }
+for ((i = 0; i < 100; i++)); do
+  [[ -n $(progress) && $(progress) -gt 0 ]] && break
+  sleep 0.05
+done
+[[ -n $(progress) && $(progress) -gt 0 ]] || die "the job made no progress"
+
+# Periods per second over ROUND_S seconds of the job.
+round() {
+  local a b t0 t1
+  t0=$(now_ns)
+  a=$(progress)
+  sleep "$ROUND_S"
+  b=$(progress)
+  t1=$(now_ns)
+  "$PYTHON" -c "print(($b - $a) / (($t1 - $t0) / 1e9))"
+}
+
+free_port() {
+  local p
+  for ((p = PORT; p < PORT + 100; p++)); do
+    [[ -z $(ss -Hltn "sport = :$p" 2>/dev/null) ]] && {
+      echo "$p"
+      return
+    }
+  done
+  die "no free port in $PORT..$((PORT + 99))"
+}
+
+# A sample's value, "" while the endpoint does not answer yet.
+metric() { { curl -s --max-time 2 "$URL/metrics" || true; } | awk -v n="$1" '$1 == n {print $2}'; }
+
+# Starts the daemon and waits until it has attached to the job's library; START_MS: the ms taken.
+START_MS=0
+start_daemon() {
+  local t0 i probes port
+  t0=$(now_ns)
+  port=$(free_port)
+  URL="http://127.0.0.1:$port"
+  # shellcheck disable=SC2086
+  "$BUILD/stallwatch" run --listen "127.0.0.1:$port" --db none --window 1s $DAEMON_ARGS \
+    >>"$WORK/daemon.log" 2>&1 &
+  DAEMON_PID=$!
+  for ((i = 0; i < 600; i++)); do
+    probes=$(metric stallwatch_attached_probes)
+    [[ -n $probes ]] && ((${probes%.*} > 0)) && break
+    kill -0 "$DAEMON_PID" 2>/dev/null || die "stallwatch exited; see $WORK/daemon.log"
+    sleep 0.02
+  done
+  [[ -n $probes ]] && ((${probes%.*} > 0)) || die "no probe attached within 12 s"
+  START_MS=$((($(now_ns) - t0) / 1000000))
+}
+
+STOP_MS=0
+stop_daemon() {
+  local t0
+  t0=$(now_ns)
+  kill "$DAEMON_PID"
+  wait "$DAEMON_PID" 2>/dev/null || true
+  DAEMON_PID=
+  STOP_MS=$((($(now_ns) - t0) / 1000000))
+}
+
+# The empty pair on the job's library, attached until stop_floor.
+start_floor() {
+  local i
+  "$BUILD/bench/empty_probe" "$LIB" >"$WORK/floor.out" 2>"$WORK/floor.err" &
+  FLOOR_PID=$!
+  for ((i = 0; i < 600; i++)); do
+    grep -q '^ready' "$WORK/floor.out" && return 0
+    kill -0 "$FLOOR_PID" 2>/dev/null || die "empty_probe exited: $(cat "$WORK/floor.err")"
+    sleep 0.05
+  done
+  die "empty_probe not ready after 30 s"
+}
+
+stop_floor() {
+  kill "$FLOOR_PID"
+  wait "$FLOOR_PID" 2>/dev/null || true
+  FLOOR_PID=
+}
+
+log "job on CPU $JOB_CPU (launch $LAUNCH_CPU_US us of CPU); $PAIRS pairs of $ROUND_S s rounds"
+round >/dev/null  # warm-up
+OFF=("$(round)")
+ON=()
+FLOOR=()
+STARTS=()
+STOPS=()
+for ((k = 1; k <= PAIRS; k++)); do
+  start_daemon
+  STARTS+=("$START_MS")
+  ON+=("$(round)")
+  stop_daemon
+  STOPS+=("$STOP_MS")
+  OFF+=("$(round)")
+  start_floor
+  FLOOR+=("$(round)")
+  stop_floor
+  OFF+=("$(round)")
+  log "pair $k/$PAIRS: off ${OFF[2 * k - 2]%.*}, on ${ON[k - 1]%.*}, off ${OFF[2 * k - 1]%.*}," \
+    "floor ${FLOOR[k - 1]%.*}, off ${OFF[2 * k]%.*} periods/s"
+done
+
+mkdir -p "$(dirname "$OUT")"
+"$PYTHON" - "$OUT" "$MIX" "$LAUNCH_CPU_US" "$ROUND_S" "$(nproc)" "${OFF[*]}" "${ON[*]}" \
+  "${STARTS[*]}" "${STOPS[*]}" "${FLOOR[*]}" <<'PY'
+import json, random, statistics, sys, datetime
+out, mix, launch_us, round_s, cpus = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+off = [float(x) for x in sys.argv[6].split()]
+on = [float(x) for x in sys.argv[7].split()]
+starts = [int(x) for x in sys.argv[8].split()]
+stops = [int(x) for x in sys.argv[9].split()]
+floor = [float(x) for x in sys.argv[10].split()]
+# Round order OFF0 ON1 OFF1 FLOOR1 OFF2 ON2 OFF3 ...: ON k sits between OFF 2k and 2k+1, FLOOR k
+# between OFF 2k+1 and 2k+2; each against the mean of its two neighbours.
+def overheads(rates, first):
+    return [1 - r / ((off[first + 2 * k] + off[first + 2 * k + 1]) / 2) for k, r in enumerate(rates)]
+rng = random.Random(42)
+def summary(pairs):
+    boot = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(10000))
+    return statistics.median(pairs), [boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]]
+sw = overheads(on, 0)
+fl = overheads(floor, 1)
+sw_med, sw_ci = summary(sw)
+fl_med, fl_ci = summary(fl)
+off_rate = statistics.median(off) * mix
+on_rate = statistics.median(on) * mix
+floor_rate = statistics.median(floor) * mix
+result = {
+    "date": datetime.date.today().isoformat(),
+    "cpus": cpus,
+    "launch_cpu_us": launch_us,
+    "round_s": round_s,
+    "pairs": len(sw),
+    "overhead_median": sw_med,
+    "overhead_ci95": sw_ci,
+    "overhead_per_pair": sw,
+    "floor_overhead_median": fl_med,
+    "floor_overhead_ci95": fl_ci,
+    "floor_overhead_per_pair": fl,
+    "calls_per_s_off_median": off_rate,
+    "calls_per_s_on_median": on_rate,
+    "calls_per_s_floor_median": floor_rate,
+    "ns_per_call_added": 1e9 / on_rate - 1e9 / off_rate,
+    "ns_per_call_added_floor": 1e9 / floor_rate - 1e9 / off_rate,
+    "daemon_start_to_attached_ms_median": statistics.median(starts),
+    "daemon_stop_ms_median": statistics.median(stops),
+}
+with open(out, "w") as f:
+    json.dump(result, f, indent=1)
+    f.write("\n")
+print(f"job cost, launch-bound stand-in ({launch_us:g} us of CPU a launch, {mix} traced calls a period), "
+      f"{len(sw)} pairs of {round_s:g} s rounds:")
+print(f"  stallwatch: overhead median {sw_med * 100:.2f} %, 95 % interval "
+      f"[{sw_ci[0] * 100:.2f} %, {sw_ci[1] * 100:.2f} %], {result['ns_per_call_added']:.0f} ns added per call")
+print(f"  empty uprobe pair (the floor): median {fl_med * 100:.2f} %, 95 % interval "
+      f"[{fl_ci[0] * 100:.2f} %, {fl_ci[1] * 100:.2f} %], {result['ns_per_call_added_floor']:.0f} ns added per call")
+print(f"  traced calls/s: without {off_rate:,.0f}, under stallwatch {on_rate:,.0f}, under the empty pair {floor_rate:,.0f}")
+print(f"  daemon start to attached {result['daemon_start_to_attached_ms_median']} ms, "
+      f"stop {result['daemon_stop_ms_median']} ms (medians)")
+print(f"  written to {out}")
+PY
