@@ -1,10 +1,13 @@
-// empty_probe LIBRARY: the baseline of bench/run.sh. Attaches the empty uprobe + uretprobe pair of
-// empty_probe.bpf.c where the daemon's LibraryProbes::attach would attach cuda_enter/cuda_exit:
-// one pair per distinct file offset of every exported symbol call_for_symbol() knows, pid -1 (all
-// processes). With --sched, also an empty tp_btf program on sched_switch and on sched_wakeup (the
-// floor of the scheduler hooks). With --timer, the timer pair instead of the empty pair (two clock
-// reads and two task-storage lookups per call: the floor of any per-thread call timer). Prints "ready" once every probe is attached, then holds them
-// until SIGTERM/SIGINT.
+// empty_probe LIBRARY... : the baseline of bench/run.sh and bench/job_cost.sh. Attaches the
+// empty uprobe + uretprobe pair of empty_probe.bpf.c where the daemon's LibraryProbes::attach
+// would attach cuda_enter/cuda_exit: one pair per distinct file offset of every exported symbol
+// call_for_symbol() knows, pid -1 (all processes), on each library named. --launch-layer L
+// (driver, runtime, both; default both) leaves out the launches the daemon's --launch-layer L
+// leaves out. --entry-only attaches the entry program alone (the cost of a uprobe without its
+// uretprobe). With --sched, also an empty tp_btf program on sched_switch and on sched_wakeup
+// (the floor of the scheduler hooks). With --timer, the timer pair instead of the empty pair (two
+// clock reads and two task-storage lookups per call: the floor of any per-thread call timer).
+// Prints "ready" once every probe is attached, then holds them until SIGTERM/SIGINT.
 // Exit status: 0 after a clean detach, 1 on any failure (nothing is left attached), 2 on usage.
 #include <bpf/libbpf.h>
 #include <signal.h>
@@ -50,40 +53,54 @@ int main(int argc, char** argv) {
   using namespace stallwatch::trace;
   bool sched = false;
   bool timer = false;
-  bool usage = argc < 2;
-  for (int i = 2; i < argc; i++) {
+  bool entry_only = false;
+  LaunchLayer layer = LaunchLayer::kBoth;
+  std::vector<std::string> paths;
+  bool usage = false;
+  for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--sched") == 0) {
       sched = true;
     } else if (std::strcmp(argv[i], "--timer") == 0) {
       timer = true;
-    } else {
+    } else if (std::strcmp(argv[i], "--entry-only") == 0) {
+      entry_only = true;
+    } else if (std::strcmp(argv[i], "--launch-layer") == 0 && i + 1 < argc) {
+      auto l = parse_launch_layer(argv[++i]);
+      if (!l) usage = true;
+      layer = l.value_or(layer);
+    } else if (argv[i][0] == '-') {
       usage = true;
+    } else {
+      paths.emplace_back(argv[i]);
     }
   }
-  if (usage) {
+  if (usage || paths.empty()) {
     std::fprintf(stderr,
-                 "usage: empty_probe LIBRARY [--sched] [--timer]   (e.g. "
-                 "build/mock/libcudart.so.12)\n");
+                 "usage: empty_probe LIBRARY... [--sched] [--timer] [--entry-only] "
+                 "[--launch-layer driver|runtime|both]   (e.g. build/mock/libcudart.so.12)\n");
     return 2;
   }
-  const std::string path = argv[1];
-  auto api = api_of_library(path);
-  if (!api) {
-    std::fprintf(stderr, "empty_probe: %s is not a CUDA runtime, driver or NCCL library name\n",
-                 path.c_str());
-    return 1;
-  }
-  auto symbols = read_function_symbols(path);
-  if (!symbols) {
-    std::fprintf(stderr, "empty_probe: %s\n", symbols.error().message.c_str());
-    return 1;
-  }
-  std::map<std::uint64_t, std::string> targets;  // aliases share an offset: one pair each
-  for (const auto& s : *symbols) {
-    if (call_for_symbol(s.name, *api)) targets.emplace(s.file_offset, s.name);
+  // (path, offset) -> symbol: aliases share an offset, one pair each.
+  std::map<std::pair<std::string, std::uint64_t>, std::string> targets;
+  for (const std::string& path : paths) {
+    auto api = api_of_library(path);
+    if (!api) {
+      std::fprintf(stderr, "empty_probe: %s is not a CUDA runtime, driver or NCCL library name\n",
+                   path.c_str());
+      return 1;
+    }
+    auto symbols = read_function_symbols(path);
+    if (!symbols) {
+      std::fprintf(stderr, "empty_probe: %s\n", symbols.error().message.c_str());
+      return 1;
+    }
+    for (const auto& s : *symbols) {
+      auto id = call_for_symbol(s.name, *api);
+      if (id && probed_under(*id, layer)) targets.emplace(std::make_pair(path, s.file_offset), s.name);
+    }
   }
   if (targets.empty()) {
-    std::fprintf(stderr, "empty_probe: %s exports no traced symbol\n", path.c_str());
+    std::fprintf(stderr, "empty_probe: no traced symbol in the libraries named\n");
     return 1;
   }
 
@@ -122,17 +139,22 @@ int main(int argc, char** argv) {
   }
   bpf_program* enter = timer ? skel->progs.timer_enter : skel->progs.empty_enter;
   bpf_program* exit = timer ? skel->progs.timer_exit : skel->progs.empty_exit;
-  for (const auto& [offset, name] : targets) {
-    links.push_back(attach(enter, path, offset, false));
-    links.push_back(attach(exit, path, offset, true));
-    if (!links[links.size() - 2] || !links.back()) {
+  for (const auto& [where, name] : targets) {
+    links.push_back(attach(enter, where.first, where.second, false));
+    if (!links.back()) {
+      ok = false;
+      break;
+    }
+    if (entry_only) continue;
+    links.push_back(attach(exit, where.first, where.second, true));
+    if (!links.back()) {
       ok = false;
       break;
     }
   }
   if (ok) {
-    std::printf("ready %zu probes on %zu symbols of %s\n", links.size(), targets.size(),
-                path.c_str());
+    std::printf("ready %zu probes on %zu symbols of %zu libraries\n", links.size(),
+                targets.size(), paths.size());
     std::fflush(stdout);
     int sig = 0;
     sigwait(&stop, &sig);

@@ -168,12 +168,30 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                         ? "one multi-uprobe link per library file and direction"
                         : o.uprobe_multi ? "one link per probe (this kernel has no multi-uprobe links)"
                                          : "one link per probe (--uprobe-multi=off)");
+  // Issue #40: the standard directories' libraries are attached at start where a file's probes
+  // attach and detach as two links (milliseconds); with one link per probe each detach waits
+  // ~100 ms per probe, so there they stay opt-in.
+  const bool on_disk = o.attach_on_disk.value_or((*tracer)->uprobe_multi());
+  SW_LOG(kInfo) << "CUDA libraries of the standard directories: "
+                << (on_disk ? "attached at start, no call after a dlopen is lost"
+                            : "attached when a process maps them (calls in the first tens of ms "
+                              "after a dlopen are not seen)")
+                << (o.attach_on_disk ? " (--attach-on-disk)"
+                    : on_disk        ? " (multi-uprobe links)"
+                                     : " (one link per probe: --attach-on-disk=true to change)");
+  SW_LOG(kInfo) << "kernel launches: probed at the "
+                << (o.launch_layer == trace::LaunchLayer::kBoth
+                        ? "runtime and the driver (two probe pairs per runtime launch)"
+                        : o.launch_layer == trace::LaunchLayer::kDriver
+                        ? "driver (cuLaunchKernel, cuLaunchKernelEx): one probe pair per launch"
+                        : "runtime (cudaLaunchKernel): launches that skip the runtime are not seen")
+                << " (--launch-layer)";
   const host::Procfs fs(o.procfs, o.sysfs);
   trace::Discovery discovery(
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries,
-       o.library_dirs, o.attach_on_disk},
+       o.library_dirs, on_disk, o.launch_layer},
       fs);
   trace::EventQueue lib_events;
   // Python frames: the registry follows the CUDA processes discovery finds (--stacks=on).

@@ -130,13 +130,19 @@ CheckItem uprobe_multi_check() {
   const bool multi = !libbpf_get_error(vmlinux) &&
                      btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
   if (!libbpf_get_error(vmlinux)) btf__free(vmlinux);
+  // Issue #40: --attach-on-disk=auto follows this: the standard directories' libraries are
+  // attached at start only where a file detaches in one grace period.
   if (multi) {
     return {"uprobe_multi", Status::kOk,
-            "multi-uprobe links: a library file attaches with two links and detaches at once", ""};
+            "multi-uprobe links: a library file attaches with two links and detaches at once; the "
+            "CUDA libraries listed below are attached at start, so no call after a dlopen is lost",
+            ""};
   }
   return {"uprobe_multi", Status::kOk,
           "one link per probe (no multi-uprobe links before Linux 6.6): detaching a library "
-          "takes ~100 ms per probe, off the tracing path",
+          "takes ~100 ms per probe, off the tracing path; so the CUDA libraries listed below are "
+          "attached when a process maps them, and calls in the first tens of ms after its dlopen "
+          "are not seen (--library-dirs or --attach-on-disk=true attach them at start)",
           ""};
 }
 

@@ -71,8 +71,12 @@ po::options_description run_options_description() {
      "files get probes at start and at each rescan, before any process maps them (no first "
      "calls lost after a dlopen)")
     ("attach-on-disk", po::value<std::string>(), "true: also attach the CUDA libraries of the "
-     "standard directories (CUDA toolkit, distribution, conda, pip wheels) at start (default "
-     "false: each file is attached when a process first maps it)")
+     "standard directories (CUDA toolkit, distribution, conda, pip wheels) at start, so no call "
+     "right after a dlopen is lost; false: each file is attached when a process first maps it; "
+     "auto (default): true where the kernel has multi-uprobe links, false elsewhere")
+    ("launch-layer", po::value<std::string>(), "whose kernel launches get probes: driver "
+     "(cuLaunchKernel*, one probe pair per launch, also launches that skip the runtime), runtime "
+     "(cudaLaunchKernel only), both (two pairs per runtime launch) (default driver)")
     ("uprobe-multi", po::value<std::string>(), "on: one multi-uprobe link per library file and "
      "direction where the kernel has them (Linux 6.6; attach and detach in milliseconds); off: "
      "one link per probe, as on older kernels (default on)")
@@ -323,8 +327,17 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
       start = comma + 1;
     }
   }
-  if (auto r = switch_flag(flags, "attach-on-disk", "true", "false", o.attach_on_disk); !r) {
-    return r.error();
+  if (const std::string* v = text_flag(flags, "attach-on-disk", &source); v && *v != "auto") {
+    bool on = false;
+    if (auto r = switch_flag(flags, "attach-on-disk", "true", "false", on); !r) {
+      return make_error(r.error().message + " or auto");
+    }
+    o.attach_on_disk = on;
+  }
+  if (const std::string* v = text_flag(flags, "launch-layer", &source)) {
+    auto layer = trace::parse_launch_layer(*v);
+    if (!layer) return make_error(source + " " + *v + ": expected driver, runtime or both");
+    o.launch_layer = *layer;
   }
   if (auto r = switch_flag(flags, "uprobe-multi", "on", "off", o.uprobe_multi); !r) return r.error();
   auto log = log_settings(flags);

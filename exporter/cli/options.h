@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "common/log.h"
 #include "common/result.h"
 #include "metrics/otlp/config.h"
+#include "trace/calls.h"
 
 namespace stallwatch::cli {
 
@@ -38,8 +40,11 @@ struct RunOptions {
   size_t max_cgroups = 256;
   size_t max_libraries = 128;  // --max-libraries
   std::vector<std::string> library_dirs;  // --library-dirs: attached before any process maps them
-  bool attach_on_disk = false;            // --attach-on-disk: the standard directories too
+  // --attach-on-disk: the standard directories too; unset (auto, the default) where the daemon
+  // uses multi-uprobe links, whose detach costs one grace period per file, not one per probe.
+  std::optional<bool> attach_on_disk;
   bool uprobe_multi = true;               // --uprobe-multi: multi-uprobe links where the kernel has them
+  trace::LaunchLayer launch_layer = trace::LaunchLayer::kDriver;  // --launch-layer
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL

@@ -100,7 +100,8 @@ long free_descriptors() {
 }  // namespace
 
 Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms& programs,
-                                                             const std::string& path, Api api) {
+                                                             const std::string& path, Api api,
+                                                             LaunchLayer layer) {
   bpf_program* enter = api == Api::kNccl ? programs.nccl_enter : programs.enter;
   bpf_program* exit = api == Api::kNccl ? programs.nccl_exit : programs.exit;
   auto symbols = read_function_symbols(path);
@@ -111,14 +112,16 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
   std::set<std::uint32_t> found;
   for (const auto& s : *symbols) {
     auto id = call_for_symbol(s.name, api);
-    if (!id) continue;
+    if (!id || !probed_under(*id, layer)) continue;
     targets.emplace(s.file_offset, std::make_pair(*id, s.name));
     found.insert(*id);
   }
   auto probes = std::make_unique<LibraryProbes>();
   auto calls = all_calls();
   for (std::uint32_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].api == api && !found.count(i)) probes->missing_calls_.emplace_back(calls[i].name);
+    if (calls[i].api == api && probed_under(i, layer) && !found.count(i)) {
+      probes->missing_calls_.emplace_back(calls[i].name);
+    }
   }
   if (targets.empty()) {
     return make_error(path + ": exports none of the traced " + std::string(api_name(api)) +

@@ -59,10 +59,12 @@ class LibraryProbes {
   LibraryProbes() = default;
   LibraryProbes(const LibraryProbes&) = delete;
   LibraryProbes& operator=(const LibraryProbes&) = delete;
-  // Attaches to `path` (a path this process can open). Fails only when nothing could be
-  // attached; calls the library lacks are listed in missing_calls() (the caller warns once).
+  // Attaches to `path` (a path this process can open): the calls probed under `layer`
+  // (calls.h). Fails only when nothing could be attached; calls the library lacks are listed in
+  // missing_calls() (the caller warns once).
   static Result<std::unique_ptr<LibraryProbes>> attach(const CallPrograms& programs,
-                                                       const std::string& path, Api api);
+                                                       const std::string& path, Api api,
+                                                       LaunchLayer layer);
 
   size_t probe_count() const { return probes_; }
   bool multi() const { return !multi_links_.empty(); }  // attached through multi-uprobe links

@@ -28,7 +28,7 @@ constexpr std::array kCalls = {
              {MemOp::kAlloc, 1, 2, MemKind::kManaged}},
     CallInfo{"cudaMallocAsync", Api::kRuntime, {}, CallClass::kAlloc, {MemOp::kAlloc, 1, 2}},
     CallInfo{"cudaFreeAsync", Api::kRuntime, {}, CallClass::kOther, kFree1},
-    CallInfo{"cudaLaunchKernel", Api::kRuntime},
+    CallInfo{"cudaLaunchKernel", Api::kRuntime, {}, CallClass::kOther, {}, true},
     CallInfo{"cudaMemcpy", Api::kRuntime, {}, CallClass::kCopy},
     CallInfo{"cudaMemcpyAsync", Api::kRuntime, {}, CallClass::kCopy},
     CallInfo{"cudaMemset", Api::kRuntime},
@@ -36,8 +36,8 @@ constexpr std::array kCalls = {
     CallInfo{"cudaDeviceSynchronize", Api::kRuntime, {}, CallClass::kSync},
     CallInfo{"cudaEventSynchronize", Api::kRuntime, {}, CallClass::kSync},
     CallInfo{"cudaGraphLaunch", Api::kRuntime},
-    CallInfo{"cuLaunchKernel", Api::kDriver},
-    CallInfo{"cuLaunchKernelEx", Api::kDriver},
+    CallInfo{"cuLaunchKernel", Api::kDriver, {}, CallClass::kOther, {}, true},
+    CallInfo{"cuLaunchKernelEx", Api::kDriver, {}, CallClass::kOther, {}, true},
     CallInfo{"cuMemAlloc_v2", Api::kDriver, {}, CallClass::kAlloc, {MemOp::kAlloc, 1, 2}},
     CallInfo{"cuMemFree_v2", Api::kDriver, {}, CallClass::kOther, kFree1},
     CallInfo{"cuMemcpy", Api::kDriver, {}, CallClass::kCopy},
@@ -135,6 +135,32 @@ std::optional<Api> api_of_library(std::string_view file) {
 }
 
 std::span<const CallInfo> all_calls() { return kCalls; }
+
+bool probed_under(std::uint32_t call_id, LaunchLayer layer) {
+  if (call_id >= kCalls.size()) return false;
+  const CallInfo& c = kCalls[call_id];
+  if (!c.kernel_launch || layer == LaunchLayer::kBoth) return true;
+  return (c.api == Api::kDriver) == (layer == LaunchLayer::kDriver);
+}
+
+std::string_view launch_layer_name(LaunchLayer layer) {
+  switch (layer) {
+    case LaunchLayer::kDriver:
+      return "driver";
+    case LaunchLayer::kRuntime:
+      return "runtime";
+    case LaunchLayer::kBoth:
+      return "both";
+  }
+  return "driver";
+}
+
+std::optional<LaunchLayer> parse_launch_layer(std::string_view text) {
+  for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth}) {
+    if (text == launch_layer_name(l)) return l;
+  }
+  return std::nullopt;
+}
 
 CallClass call_class(std::uint32_t call_id) {
   return call_id < kCalls.size() ? kCalls[call_id].cls : CallClass::kOther;

@@ -70,7 +70,20 @@ struct CallInfo {
   NcclArgs nccl{};
   CallClass cls = CallClass::kOther;
   MemArgs mem{};
+  bool kernel_launch = false;  // launches one kernel: a twin of the other layer's launches
 };
+
+// Whose kernel launches get probes (--launch-layer). The runtime's cudaLaunchKernel reaches a
+// driver launch (cuLaunchKernel or cuLaunchKernelEx) underneath, so probing both layers traps
+// twice per launch: on the H100 hosts of docs/validation.md ~7 µs each, and launches are most
+// of a training loop's traced calls. kDriver (the default) probes the driver's launches only:
+// one probe pair per launch, and it also sees the launches that never pass the runtime
+// (cuBLAS, Triton, JAX call the driver directly). kRuntime probes cudaLaunchKernel only (the
+// runtime's name, blind to driver-direct launches); kBoth, both layers, as before issue #40.
+// Every other call is probed at both layers: they are rare next to launches (a few % of calls).
+enum class LaunchLayer : std::uint8_t { kDriver, kRuntime, kBoth };
+std::string_view launch_layer_name(LaunchLayer layer);  // driver, runtime, both
+std::optional<LaunchLayer> parse_launch_layer(std::string_view text);
 
 // bpf_cookie of a call's probes: the call id in bits 0-31, then for NCCL count, dtype and comm
 // argument positions in bits 32-35, 36-39, 40-43 and the NcclKind in bits 44-47; for a memory
@@ -84,6 +97,9 @@ bool is_allocating_call(std::uint32_t call_id);
 MemKind mem_kind(std::uint32_t call_id);  // kDevice for a call that does not allocate
 
 std::span<const CallInfo> all_calls();
+// Whether `call_id` gets probes under `layer`: every call except the kernel launches of the
+// layer not chosen. Unknown ids: false.
+bool probed_under(std::uint32_t call_id, LaunchLayer layer);
 CallClass call_class(std::uint32_t call_id);  // kOther for an unknown id
 std::string_view api_name(Api api);  // the `api` label: runtime, driver, nccl
 

@@ -178,7 +178,7 @@ bool Discovery::scan_process(int pid) {
         continue;
       }
       const auto started = std::chrono::steady_clock::now();
-      auto probes = LibraryProbes::attach(programs_, path, lib.api);
+      auto probes = LibraryProbes::attach(programs_, path, lib.api, options_.launch_layer);
       const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::steady_clock::now() - started);
       if (!probes) {
@@ -266,7 +266,7 @@ void Discovery::attach_on_disk() {
       continue;
     }
     const auto started = std::chrono::steady_clock::now();
-    auto probes = LibraryProbes::attach(programs_, file.proc_path(), f.api);
+    auto probes = LibraryProbes::attach(programs_, file.proc_path(), f.api, options_.launch_layer);
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
     if (!probes) {

@@ -52,6 +52,7 @@ struct DiscoveryOptions {
   // elsewhere are attached when first mapped, tens of milliseconds after.
   std::vector<std::string> library_dirs;
   bool attach_on_disk = false;
+  LaunchLayer launch_layer = LaunchLayer::kDriver;  // --launch-layer: whose launches get probes
 };
 
 // Library-mapping events from the ring-buffer thread to the discovery thread. push() only

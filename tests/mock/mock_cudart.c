@@ -1,6 +1,6 @@
 // Mock CUDA runtime, built as libcudart.so.12: the real exported names with the real C
 // signatures (CUDA 12 cuda_runtime_api.h), so uprobes, discovery and the workload see what they
-// would see on a GPU host. No GPU and no driver: this library never calls libcuda.
+// would see on a GPU host. No GPU and no driver.
 //
 // Behaviour, for tests:
 //  - every call succeeds (returns 0) unless an output pointer is NULL;
@@ -22,7 +22,11 @@
 //    asleep, or of this thread's CPU time when MOCK_CUDA_MALLOC_SLOW_SPIN=1 (on-CPU work);
 //    MOCK_CUDA_MALLOC_CPU_US (default 0) microseconds of CPU in every cudaMalloc.
 //  - cudaLaunchKernel uses MOCK_CUDA_LAUNCH_CPU_US microseconds of CPU (default 0): a launch's host
-//    cost, for launch-bound loops (bench/job_cost.sh).
+//    cost, for launch-bound loops (bench/job_cost.sh); then, as the real runtime does, it launches
+//    through the driver: cuLaunchKernel (cuLaunchKernel_ptsz for cudaLaunchKernel_ptsz) of the
+//    libcuda.so.1 the loader finds for this library (its RUNPATH is $ORIGIN: the mock driver
+//    beside it), or of MOCK_CUDART_DRIVER; MOCK_CUDART_DRIVER=none, or no libcuda.so.1 to be
+//    found, keeps launches in the runtime;
 //  - an allocation asking for more than MOCK_CUDA_OOM_ABOVE bytes (unset: no limit) returns
 //    cudaErrorMemoryAllocation, as a GPU out of memory does;
 //  - with MOCK_CUDART_DRIVER=PATH, cudaMalloc and cudaFree go through cuMemAlloc_v2 and
@@ -235,6 +239,35 @@ static void* driver_symbol(const char* name) {
     __atomic_store_n(&handle, h, __ATOMIC_RELEASE);
   }
   return dlsym(h, name);
+}
+
+// The driver kernel launches go through (cudaLaunchKernel), or NULL: MOCK_CUDART_DRIVER, else
+// "libcuda.so.1" as the loader finds it for this library; "none" or a failed dlopen: NULL
+// (remembered: one dlopen per process).
+static void* launch_symbol(const char* name) {
+  static void* handle;  // (void*)-1: none
+  void* h = __atomic_load_n(&handle, __ATOMIC_ACQUIRE);
+  if (h == NULL) {
+    const char* path = getenv("MOCK_CUDART_DRIVER");
+    if (path == NULL || *path == '\0') path = "libcuda.so.1";
+    h = strcmp(path, "none") == 0 ? NULL : dlopen(path, RTLD_NOW);
+    if (h == NULL) h = (void*)-1;
+    __atomic_store_n(&handle, h, __ATOMIC_RELEASE);
+  }
+  return h == (void*)-1 ? NULL : dlsym(h, name);
+}
+
+typedef int (*cu_launch_fn)(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                            unsigned by, unsigned bz, unsigned shared, void* stream, void** params,
+                            void** extra);
+
+static cudaError_t launch_through_driver(const char* symbol, const void* func, dim3 grid,
+                                         dim3 block, void** args, size_t shared,
+                                         cudaStream_t stream) {
+  cu_launch_fn launch = (cu_launch_fn)launch_symbol(symbol);
+  if (launch == NULL) return cudaSuccess;
+  return launch((void*)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                (unsigned)shared, stream, args, NULL);
 }
 
 static long instantiate_cache = -1;
@@ -456,15 +489,14 @@ MOCK_API cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 block
   mark(kCudaLaunchKernel);
   const long cpu = env_us("MOCK_CUDA_LAUNCH_CPU_US", 0, &launch_cpu_us_cache);
   if (cpu > 0) spin_cpu_us(cpu);
-  (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
-  return cudaSuccess;
+  return launch_through_driver("cuLaunchKernel", func, gridDim, blockDim, args, sharedMem, stream);
 }
 
 MOCK_API cudaError_t cudaLaunchKernel_ptsz(const void* func, dim3 gridDim, dim3 blockDim,
                                            void** args, size_t sharedMem, cudaStream_t stream) {
   mark(kCudaLaunchKernelPtsz);
-  (void)func, (void)gridDim, (void)blockDim, (void)args, (void)sharedMem, (void)stream;
-  return cudaSuccess;
+  return launch_through_driver("cuLaunchKernel_ptsz", func, gridDim, blockDim, args, sharedMem,
+                               stream);
 }
 
 MOCK_API cudaError_t cudaMemcpy(void* dst, const void* src, size_t count,

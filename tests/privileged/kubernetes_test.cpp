@@ -73,7 +73,7 @@ TEST(Kubernetes, SeriesCarryPodNamespaceAndContainerFromTheApiServer) {
                          {"pod", "resnet-train-2"},
                          {"namespace", "vision"},
                          {"container", "pytorch"},
-                         {"call", "cudaLaunchKernel"}}),
+                         {"call", "cuLaunchKernel"}}),  // the driver launch under each
             100);
   // The pod the API server does not list: counted, under its cgroup, with no names.
   bool unknown_seen = false;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <thread>
@@ -74,18 +75,21 @@ TEST_F(Tracing, CountsEveryCallExactlyInItsCgroup) {
   auto s = scrape();
   // threads x iterations = 6
   EXPECT_EQ(count_of(s, cg.label(), "cudaMalloc"), 12);
-  EXPECT_EQ(count_of(s, cg.label(), "cudaLaunchKernel"), 330);  // _ptsz folds into its call
+  // Launches are probed in the driver (--launch-layer=driver, issue #40): the runtime's 330
+  // (_ptsz folds into its call) reach cuLaunchKernel underneath, as with NVIDIA's runtime, and
+  // add to the workload's own 42 driver launches; cudaLaunchKernel itself has no probe.
+  EXPECT_EQ(count_of(s, cg.label(), "cudaLaunchKernel"), -1);
+  EXPECT_EQ(count_of(s, cg.label(), "cuLaunchKernel"), 372);
   EXPECT_EQ(count_of(s, cg.label(), "cudaStreamSynchronize"), 60);
   EXPECT_EQ(count_of(s, cg.label(), "cudaFree"), 12);
-  EXPECT_EQ(count_of(s, cg.label(), "cuLaunchKernel"), 42);
   EXPECT_EQ(count_of(s, cg.label(), "cuMemAlloc_v2"), 6);
   EXPECT_EQ(count_of(s, cg.label(), "cudaMemcpy"), -1) << "a call never made has no series";
   EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_bucket",
-                        {{"cgroup", cg.label()}, {"call", "cudaLaunchKernel"}, {"le", "+Inf"}}),
-            330);
+                        {{"cgroup", cg.label()}, {"call", "cuLaunchKernel"}, {"le", "+Inf"}}),
+            372);
   EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
                         {{"cgroup", cg.label()}, {"call", "cuLaunchKernel"}, {"api", "driver"}}),
-            42);
+            372);
   EXPECT_EQ(find_sample(s, "stallwatch_cuda_call_duration_seconds_count",
                         {{"cgroup", cg.label()}, {"call", "cudaMalloc"}, {"api", "runtime"}}),
             12);
@@ -104,6 +108,42 @@ TEST_F(Tracing, CountsEveryCallExactlyInItsCgroup) {
   for (const char* source : {"outlier_ringbuf", "discovery_ringbuf", "call_map_full",
                              "thread_state", "call_nesting"}) {
     EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", source}}), 0) << source;
+  }
+}
+
+// --launch-layer both traces a runtime launch twice (cudaLaunchKernel and the cuLaunchKernel
+// under it, as before issue #40); runtime traces cudaLaunchKernel alone. Exact counts for each,
+// from the same workload as above, with the daemon's own log line saying which it does.
+TEST(LaunchLayer, BothAndRuntimeLayersProbeWhatTheySay) {
+  struct Case {
+    const char* layer;
+    double runtime_launches, driver_launches;
+    const char* log;
+  };
+  for (const Case& c : {Case{"both", 330, 372, "kernel launches: probed at the runtime and the driver"},
+                        Case{"runtime", 330, -1, "kernel launches: probed at the runtime"}}) {
+    SCOPED_TRACE(c.layer);
+    Daemon daemon({"--launch-layer", c.layer, "--window", "500ms"});
+    ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+    EXPECT_NE(slurp(daemon.log_path()).find(c.log), std::string::npos) << slurp(daemon.log_path());
+    TestCgroup cg(unique(std::string("layer-") + c.layer));
+    Spawn s;
+    s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--cuda", kCuda, "--threads", "2",
+              "--iterations", "3", "--start-delay-ms", "500", "--calls",
+              "cudaLaunchKernel:50,cudaLaunchKernel_ptsz:5,cudaStreamSynchronize:1,cuLaunchKernel:7"};
+    s.cgroup_dir = cg.dir();
+    ASSERT_EQ(wait_exit(spawn(s), std::chrono::seconds(120)), 0);
+    ASSERT_TRUE(daemon.wait_windows()) << daemon.log_path();
+    const auto samples = parse_exposition(daemon.metrics());
+    auto count = [&](const char* call) {
+      return find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                         {{"cgroup", cg.label()}, {"call", call}})
+          .value_or(-1);
+    };
+    EXPECT_EQ(count("cudaLaunchKernel"), c.runtime_launches);
+    EXPECT_EQ(count("cuLaunchKernel"), c.driver_launches);
+    EXPECT_EQ(count("cudaStreamSynchronize"), 6);
+    EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
   }
 }
 
@@ -256,7 +296,9 @@ TEST(Preattach, LibraryDirsAreAttachedBeforeUseSoNoFirstCallIsLost) {
     std::ofstream to(copy, std::ios::binary);
     to << in.rdbuf();
   }
-  Daemon daemon({"--window", "500ms", "--library-dirs", dir, "--detach-linger", "500ms"});
+  // --attach-on-disk=false: only the directory named, whatever the standard ones hold.
+  Daemon daemon({"--window", "500ms", "--library-dirs", dir, "--detach-linger", "500ms",
+                 "--attach-on-disk", "false"});
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
   EXPECT_NE(slurp(daemon.log_path()).find(copy + " (runtime, on disk, before any process maps it)"),
             std::string::npos)
@@ -289,6 +331,49 @@ TEST(Preattach, LibraryDirsAreAttachedBeforeUseSoNoFirstCallIsLost) {
   unlink(copy.c_str());
   unlink(out.c_str());
   rmdir(dir);
+}
+
+// Issue #40: where the kernel has multi-uprobe links, the default attaches the standard
+// directories' CUDA libraries at start (those `check` lists): NVIDIA's own libcudart, loaded and
+// called at once (no start delay), has every call counted. It was 0 of 7 cudaMalloc before.
+// The toolkit's runtime fails each call here (no driver); its probes fire all the same.
+TEST(Preattach, StandardDirectoriesAreAttachedByDefaultWithMultiUprobeLinks) {
+  if (slurp("/sys/kernel/btf/vmlinux").find("bpf_uprobe_multi_link") == std::string::npos) {
+    GTEST_SKIP() << "this kernel has no multi-uprobe links: the default stays off (check says why)";
+  }
+  std::string toolkit;
+  for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {
+    const std::string path = std::string(dir) + "/libcudart.so.13";
+    if (access(path.c_str(), R_OK) == 0) toolkit = path;
+  }
+  if (toolkit.empty()) GTEST_SKIP() << "no CUDA 13 toolkit runtime under /usr/local/cuda";
+  char* real = realpath(toolkit.c_str(), nullptr);
+  ASSERT_NE(real, nullptr);
+  const std::string canonical = real;
+  free(real);
+  Daemon daemon({"--window", "500ms"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  const std::string log = slurp(daemon.log_path());
+  EXPECT_NE(log.find("CUDA libraries of the standard directories: attached at start"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("tracing " + canonical + " (runtime, on disk, before any process maps it)"),
+            std::string::npos)
+      << log;
+  TestCgroup cg(unique("toolkit"));
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", toolkit, "--calls", "cudaMalloc:7,cudaStreamSynchronize:3"};
+  s.cgroup_dir = cg.dir();
+  ASSERT_EQ(wait_exit(spawn(s), std::chrono::seconds(60)), 0);
+  ASSERT_TRUE(daemon.wait_windows(2)) << daemon.log_path();
+  const auto samples = parse_exposition(daemon.metrics());
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMalloc"}}),
+            7);
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaStreamSynchronize"}}),
+            3);
+  EXPECT_EQ(daemon.stop(), 0) << daemon.log_path();
 }
 
 // Past --max-cgroups, new cgroups fold into one overflow series instead of adding series.

@@ -215,3 +215,39 @@ TEST(CallForSymbolTest, Misses) {
 
 }  // namespace
 }  // namespace stallwatch::trace
+
+namespace stallwatch::trace {
+namespace {
+
+// Issue #40: one probe pair per launch. Under the driver layer (the default) the runtime's
+// cudaLaunchKernel gets no probes and the driver's launches do; the runtime layer is the
+// reverse; both probes both. Every other call is probed whatever the layer.
+TEST(LaunchLayer, OnlyTheChosenLayersLaunchesAreProbed) {
+  const auto calls = all_calls();
+  std::vector<std::string_view> launches;
+  for (std::uint32_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].kernel_launch) {
+      launches.push_back(calls[i].name);
+      EXPECT_TRUE(probed_under(i, LaunchLayer::kBoth)) << calls[i].name;
+      EXPECT_EQ(probed_under(i, LaunchLayer::kDriver), calls[i].api == Api::kDriver)
+          << calls[i].name;
+      EXPECT_EQ(probed_under(i, LaunchLayer::kRuntime), calls[i].api == Api::kRuntime)
+          << calls[i].name;
+    } else {
+      for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth}) {
+        EXPECT_TRUE(probed_under(i, l)) << calls[i].name << " " << launch_layer_name(l);
+      }
+    }
+  }
+  EXPECT_EQ(launches, (std::vector<std::string_view>{"cudaLaunchKernel", "cuLaunchKernel",
+                                                     "cuLaunchKernelEx"}));
+  EXPECT_FALSE(probed_under(static_cast<std::uint32_t>(calls.size()), LaunchLayer::kBoth));
+  for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth}) {
+    EXPECT_EQ(parse_launch_layer(launch_layer_name(l)), l);
+  }
+  EXPECT_EQ(parse_launch_layer("Driver"), std::nullopt);
+  EXPECT_EQ(parse_launch_layer(""), std::nullopt);
+}
+
+}  // namespace
+}  // namespace stallwatch::trace

@@ -244,6 +244,27 @@ TEST(ParseRunOptionsTest, HostPaths) {
   EXPECT_EQ(error_of({"--path.sysfs", ""}), "--path.sysfs: expected an absolute path, e.g. /host/proc");
 }
 
+// Issue #40: which launches get probes, and whether the standard directories' libraries are
+// attached at start (auto: decided by the daemon from the kernel's multi-uprobe links).
+TEST(ParseRunOptionsTest, LaunchLayerAndAttachOnDisk) {
+  const auto defaults = parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->launch_layer, trace::LaunchLayer::kDriver);
+  EXPECT_EQ(defaults->attach_on_disk, std::nullopt);
+  const auto o = parse({"--launch-layer", "runtime", "--attach-on-disk=false"});
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->launch_layer, trace::LaunchLayer::kRuntime);
+  EXPECT_EQ(o->attach_on_disk, false);
+  EXPECT_EQ(parse({"--launch-layer", "both", "--attach-on-disk", "true"})->launch_layer,
+            trace::LaunchLayer::kBoth);
+  EXPECT_EQ(parse({"--attach-on-disk", "true"})->attach_on_disk, true);
+  EXPECT_EQ(parse({"--attach-on-disk", "auto"})->attach_on_disk, std::nullopt);
+  EXPECT_EQ(error_of({"--launch-layer", "kernel"}),
+            "--launch-layer kernel: expected driver, runtime or both");
+  EXPECT_EQ(error_of({"--attach-on-disk", "sometimes"}),
+            "--attach-on-disk sometimes: expected true or false or auto");
+}
+
 TEST(ParseRunOptionsTest, Help) {
   std::string usage;
   const auto o = parse({"--help"}, &usage);
@@ -347,6 +368,7 @@ const std::map<std::string, std::string>& samples() {
       {"library-dirs", "/opt/cuda/lib"},
       {"attach-on-disk", "true"},
       {"uprobe-multi", "off"},
+      {"launch-layer", "both"},
       {"hang-threshold", "90s"},
       {"rescan-interval", "1m"},
       {"detach-linger", "5s"},
