@@ -5,9 +5,15 @@ A convolutional network trains on synthetic images that DataLoader workers build
 (with some per-sample work, as real augmentation has). Every --report seconds it prints one JSON
 line: steps done, steps per second and the median step time, so a run with and without the
 daemon, or with and without a CPU hog on the same cores, can be compared.
+
+--launch-bound replaces the network with a loop the CPU limits: each step launches --launches
+small matmuls (64x64, no CUDA graph) and synchronizes once, as inference decode without graphs
+does. --progress FILE keeps the step count in the first 8 bytes of FILE (native byte order,
+mmap'd: no system call per step), for bench/job_cost.sh's on/off rounds.
 """
 import argparse
 import json
+import mmap
 import os
 import statistics
 import sys
@@ -50,7 +56,18 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--work", type=int, default=4)
     p.add_argument("--label", default="run")
+    p.add_argument("--launch-bound", action="store_true")
+    p.add_argument("--launches", type=int, default=64)
+    p.add_argument("--progress", default=None)
     a = p.parse_args()
+    counter = None
+    if a.progress:
+        with open(a.progress, "wb") as f:
+            f.write(bytes(8))
+        fd = os.open(a.progress, os.O_RDWR)
+        counter = memoryview(mmap.mmap(fd, 8)).cast("Q")
+    if a.launch_bound:
+        return launch_loop(a, counter)
 
     dev = torch.device("cuda")
     model = net().to(dev)
@@ -76,6 +93,38 @@ def main():
         now = time.monotonic()
         times.append(now - t0)
         steps += 1
+        if counter is not None:
+            counter[0] = steps
+        if now - last >= a.report or now - start >= a.seconds:
+            print(json.dumps({"label": a.label, "t": round(now - start, 1), "steps": steps,
+                              "steps_per_s": round(len(times) / (now - last), 2),
+                              "median_step_ms": round(statistics.median(times) * 1e3, 3)}),
+                  flush=True)
+            last, times = now, []
+        if now - start >= a.seconds:
+            return 0
+
+
+def launch_loop(a, counter):
+    dev = torch.device("cuda")
+    x = torch.rand(64, 64, device=dev)
+    w = torch.rand(64, 64, device=dev) / 64
+    print(json.dumps({"label": a.label, "pid": os.getpid(), "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(0), "launches": a.launches}),
+          flush=True)
+    start = last = time.monotonic()
+    steps, times = 0, []
+    while True:
+        t0 = time.monotonic()
+        y = x
+        for _ in range(a.launches):
+            y = torch.mm(y, w)
+        y.sum().item()
+        now = time.monotonic()
+        times.append(now - t0)
+        steps += 1
+        if counter is not None:
+            counter[0] = steps
         if now - last >= a.report or now - start >= a.seconds:
             print(json.dumps({"label": a.label, "t": round(now - start, 1), "steps": steps,
                               "steps_per_s": round(len(times) / (now - last), 2),

@@ -179,13 +179,22 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                 << (o.attach_on_disk ? " (--attach-on-disk)"
                     : on_disk        ? " (multi-uprobe links)"
                                      : " (one link per probe: --attach-on-disk=true to change)");
-  SW_LOG(kInfo) << "kernel launches: probed at the "
-                << (o.launch_layer == trace::LaunchLayer::kBoth
-                        ? "runtime and the driver (two probe pairs per runtime launch)"
-                        : o.launch_layer == trace::LaunchLayer::kDriver
-                        ? "driver (cuLaunchKernel, cuLaunchKernelEx): one probe pair per launch"
-                        : "runtime (cudaLaunchKernel): launches that skip the runtime are not seen")
-                << " (--launch-layer)";
+  const char* launches = "";
+  switch (o.launch_layer) {
+    case trace::LaunchLayer::kDriver:
+      launches = "probed at the driver (cuLaunchKernel, cuLaunchKernelEx): one probe pair per launch";
+      break;
+    case trace::LaunchLayer::kRuntime:
+      launches = "probed at the runtime (cudaLaunchKernel): launches that skip the runtime are not seen";
+      break;
+    case trace::LaunchLayer::kBoth:
+      launches = "probed at the runtime and the driver (two probe pairs per runtime launch)";
+      break;
+    case trace::LaunchLayer::kNone:
+      launches = "not probed (no launch rate or latency; the other calls are traced)";
+      break;
+  }
+  SW_LOG(kInfo) << "kernel launches: " << launches << " (--launch-layer)";
   const host::Procfs fs(o.procfs, o.sysfs);
   trace::Discovery discovery(
       programs,

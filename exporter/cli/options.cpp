@@ -76,7 +76,8 @@ po::options_description run_options_description() {
      "auto (default): true where the kernel has multi-uprobe links, false elsewhere")
     ("launch-layer", po::value<std::string>(), "whose kernel launches get probes: driver "
      "(cuLaunchKernel*, one probe pair per launch, also launches that skip the runtime), runtime "
-     "(cudaLaunchKernel only), both (two pairs per runtime launch) (default driver)")
+     "(cudaLaunchKernel only), both (two pairs per runtime launch), none (no launch probed: no "
+     "trap per launch for launch-bound jobs; no launch rate or latency) (default driver)")
     ("uprobe-multi", po::value<std::string>(), "on: one multi-uprobe link per library file and "
      "direction where the kernel has them (Linux 6.6; attach and detach in milliseconds); off: "
      "one link per probe, as on older kernels (default on)")
@@ -336,7 +337,7 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   }
   if (const std::string* v = text_flag(flags, "launch-layer", &source)) {
     auto layer = trace::parse_launch_layer(*v);
-    if (!layer) return make_error(source + " " + *v + ": expected driver, runtime or both");
+    if (!layer) return make_error(source + " " + *v + ": expected driver, runtime, both or none");
     o.launch_layer = *layer;
   }
   if (auto r = switch_flag(flags, "uprobe-multi", "on", "off", o.uprobe_multi); !r) return r.error();

@@ -140,6 +140,7 @@ bool probed_under(std::uint32_t call_id, LaunchLayer layer) {
   if (call_id >= kCalls.size()) return false;
   const CallInfo& c = kCalls[call_id];
   if (!c.kernel_launch || layer == LaunchLayer::kBoth) return true;
+  if (layer == LaunchLayer::kNone) return false;
   return (c.api == Api::kDriver) == (layer == LaunchLayer::kDriver);
 }
 
@@ -151,12 +152,15 @@ std::string_view launch_layer_name(LaunchLayer layer) {
       return "runtime";
     case LaunchLayer::kBoth:
       return "both";
+    case LaunchLayer::kNone:
+      return "none";
   }
   return "driver";
 }
 
 std::optional<LaunchLayer> parse_launch_layer(std::string_view text) {
-  for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth}) {
+  for (LaunchLayer l :
+       {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth, LaunchLayer::kNone}) {
     if (text == launch_layer_name(l)) return l;
   }
   return std::nullopt;

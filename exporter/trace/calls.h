@@ -79,10 +79,12 @@ struct CallInfo {
 // of a training loop's traced calls. kDriver (the default) probes the driver's launches only:
 // one probe pair per launch, and it also sees the launches that never pass the runtime
 // (cuBLAS, Triton, JAX call the driver directly). kRuntime probes cudaLaunchKernel only (the
-// runtime's name, blind to driver-direct launches); kBoth, both layers, as before issue #40.
+// runtime's name, blind to driver-direct launches); kBoth, both layers, as before issue #40;
+// kNone, no launch at all: a launch-bound job pays no trap per launch, and the diagnosis rests
+// on the synchronize, copy, allocation and NCCL calls (no launch rate or latency).
 // Every other call is probed at both layers: they are rare next to launches (a few % of calls).
-enum class LaunchLayer : std::uint8_t { kDriver, kRuntime, kBoth };
-std::string_view launch_layer_name(LaunchLayer layer);  // driver, runtime, both
+enum class LaunchLayer : std::uint8_t { kDriver, kRuntime, kBoth, kNone };
+std::string_view launch_layer_name(LaunchLayer layer);  // driver, runtime, both, none
 std::optional<LaunchLayer> parse_launch_layer(std::string_view text);
 
 // bpf_cookie of a call's probes: the call id in bits 0-31, then for NCCL count, dtype and comm

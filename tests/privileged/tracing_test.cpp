@@ -112,7 +112,8 @@ TEST_F(Tracing, CountsEveryCallExactlyInItsCgroup) {
 }
 
 // --launch-layer both traces a runtime launch twice (cudaLaunchKernel and the cuLaunchKernel
-// under it, as before issue #40); runtime traces cudaLaunchKernel alone. Exact counts for each,
+// under it, as before issue #40); runtime traces cudaLaunchKernel alone; none, no launch (the
+// synchronize is still counted). Exact counts for each,
 // from the same workload as above, with the daemon's own log line saying which it does.
 TEST(LaunchLayer, BothAndRuntimeLayersProbeWhatTheySay) {
   struct Case {
@@ -121,7 +122,8 @@ TEST(LaunchLayer, BothAndRuntimeLayersProbeWhatTheySay) {
     const char* log;
   };
   for (const Case& c : {Case{"both", 330, 372, "kernel launches: probed at the runtime and the driver"},
-                        Case{"runtime", 330, -1, "kernel launches: probed at the runtime"}}) {
+                        Case{"runtime", 330, -1, "kernel launches: probed at the runtime"},
+                        Case{"none", -1, -1, "kernel launches: not probed"}}) {
     SCOPED_TRACE(c.layer);
     Daemon daemon({"--launch-layer", c.layer, "--window", "500ms"});
     ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();

@@ -221,7 +221,7 @@ namespace {
 
 // Issue #40: one probe pair per launch. Under the driver layer (the default) the runtime's
 // cudaLaunchKernel gets no probes and the driver's launches do; the runtime layer is the
-// reverse; both probes both. Every other call is probed whatever the layer.
+// reverse; both probes both, none neither. Every other call is probed whatever the layer.
 TEST(LaunchLayer, OnlyTheChosenLayersLaunchesAreProbed) {
   const auto calls = all_calls();
   std::vector<std::string_view> launches;
@@ -233,8 +233,10 @@ TEST(LaunchLayer, OnlyTheChosenLayersLaunchesAreProbed) {
           << calls[i].name;
       EXPECT_EQ(probed_under(i, LaunchLayer::kRuntime), calls[i].api == Api::kRuntime)
           << calls[i].name;
+      EXPECT_FALSE(probed_under(i, LaunchLayer::kNone)) << calls[i].name;
     } else {
-      for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth}) {
+      for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth,
+                            LaunchLayer::kNone}) {
         EXPECT_TRUE(probed_under(i, l)) << calls[i].name << " " << launch_layer_name(l);
       }
     }
@@ -242,7 +244,8 @@ TEST(LaunchLayer, OnlyTheChosenLayersLaunchesAreProbed) {
   EXPECT_EQ(launches, (std::vector<std::string_view>{"cudaLaunchKernel", "cuLaunchKernel",
                                                      "cuLaunchKernelEx"}));
   EXPECT_FALSE(probed_under(static_cast<std::uint32_t>(calls.size()), LaunchLayer::kBoth));
-  for (LaunchLayer l : {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth}) {
+  for (LaunchLayer l :
+       {LaunchLayer::kDriver, LaunchLayer::kRuntime, LaunchLayer::kBoth, LaunchLayer::kNone}) {
     EXPECT_EQ(parse_launch_layer(launch_layer_name(l)), l);
   }
   EXPECT_EQ(parse_launch_layer("Driver"), std::nullopt);

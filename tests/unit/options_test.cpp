@@ -260,7 +260,8 @@ TEST(ParseRunOptionsTest, LaunchLayerAndAttachOnDisk) {
   EXPECT_EQ(parse({"--attach-on-disk", "true"})->attach_on_disk, true);
   EXPECT_EQ(parse({"--attach-on-disk", "auto"})->attach_on_disk, std::nullopt);
   EXPECT_EQ(error_of({"--launch-layer", "kernel"}),
-            "--launch-layer kernel: expected driver, runtime or both");
+            "--launch-layer kernel: expected driver, runtime, both or none");
+  EXPECT_EQ(parse({"--launch-layer", "none"})->launch_layer, trace::LaunchLayer::kNone);
   EXPECT_EQ(error_of({"--attach-on-disk", "sometimes"}),
             "--attach-on-disk sometimes: expected true or false or auto");
 }
