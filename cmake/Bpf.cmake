@@ -36,13 +36,17 @@ add_custom_command(
 # stallwatch_bpf_skeleton(NAME SOURCES...): links the sources into one object, makes NAME.skel.h
 function(stallwatch_bpf_skeleton name)
   set(objects)
+  set(werror)
+  if(STALLWATCH_WERROR)
+    set(werror -Werror)  # as for the C++ (CMakeLists.txt): development and CI only
+  endif()
   file(GLOB bpf_headers "${CMAKE_SOURCE_DIR}/bpf/*.h")
   foreach(src IN LISTS ARGN)
     get_filename_component(stem "${src}" NAME_WE)
     set(obj "${BPF_OUT}/${stem}.tmp.o")
     add_custom_command(
       OUTPUT "${obj}"
-      COMMAND "${CLANG_BPF}" -g -O2 -Wall -Werror -target bpf -D__TARGET_ARCH_${BPF_TARGET_ARCH}
+      COMMAND "${CLANG_BPF}" -g -O2 -Wall ${werror} -target bpf -D__TARGET_ARCH_${BPF_TARGET_ARCH}
               -I "${BPF_OUT}" -I "${CMAKE_SOURCE_DIR}/bpf" -c "${src}" -o "${obj}"
       DEPENDS "${src}" ${bpf_headers} "${BPF_OUT}/vmlinux.h"
       COMMENT "BPF ${stem}.bpf.c"

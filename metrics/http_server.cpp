@@ -210,10 +210,10 @@ struct HttpServer::Impl {
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r.content_type.c_str());
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (r.gzip) {
-      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
-      MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Accept, Accept-Encoding");
-    }
+    // On every reply, not only the gzip'd ones: /metrics answers text or protobuf by Accept, so
+    // a cache in between must never hand one client's form to another (issue #37).
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Accept, Accept-Encoding");
+    if (r.gzip) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     for (const auto& [name, value] : cfg.headers) {
       MHD_add_response_header(resp, name.c_str(), value.c_str());
     }

@@ -365,6 +365,22 @@ TEST_F(HttpServerTest, WrongPasswordsFromOneAddressGet429) {
   EXPECT_EQ(n.auth_throttled, 8u);
 }
 
+// Issue #37: every reply says it varies by Accept and Accept-Encoding (the body is text or
+// protobuf, plain or gzip'd, by those headers), errors and plain replies included.
+TEST_F(HttpServerTest, EveryReplyVariesByAccept) {
+  start(HttpOptions{});
+  for (const auto& [path, args] :
+       std::vector<std::pair<std::string, std::string>>{{"/metrics", ""},
+                                                         {"/metrics", "--compressed"},
+                                                         {"/healthz", ""},
+                                                         {"/nowhere", ""},
+                                                         {"/metrics", "-X POST"}}) {
+    const Reply r = curl(base_ + path, args + " -D -");
+    EXPECT_NE(r.body.find("Vary: Accept, Accept-Encoding\r\n"), std::string::npos)
+        << path << " " << args << ": " << r.body.substr(0, 300);
+  }
+}
+
 TEST_F(HttpServerTest, DebugSnapshotOnlyWhenEnabled) {
   start(HttpOptions{});
   Reply r = curl(base_ + "/debug/snapshot");
