@@ -12,7 +12,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 JOBS=${JOBS:-$(nproc)}
 
 if [ ! -f "$FUZZ_BUILD/CMakeCache.txt" ]; then
-  CC=clang CXX=clang++ cmake -S . -B "$FUZZ_BUILD" -DSTALLWATCH_FUZZ=ON \
+  CC=clang CXX=clang++ cmake -S . -B "$FUZZ_BUILD" -DSTALLWATCH_FUZZ=ON -DSTALLWATCH_WERROR=ON \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 fi
 cmake --build "$FUZZ_BUILD" -j "$JOBS" --target fuzzers

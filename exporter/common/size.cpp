@@ -3,29 +3,16 @@
 #include <array>
 #include <charconv>
 #include <cstdio>
-#include <string>
 #include <utility>
 
 namespace stallwatch {
-namespace {
-
-// `before` + 'text' + `after`, appended piece by piece: gcc 12 at -O3 reports a false -Wrestrict
-// for "..." + std::string + "..." (its bug 105329), which broke Release builds (issue #38).
-std::string message(std::string_view before, std::string_view text, std::string_view after) {
-  std::string m;
-  m.reserve(before.size() + text.size() + after.size() + 2);
-  m.append(before).append("'").append(text).append("'").append(after);
-  return m;
-}
-
-}  // namespace
 
 Result<std::uint64_t> parse_size(std::string_view text) {
   const std::string_view original = text;
   std::uint64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end == text.data()) {
-    return make_error(message("", original, " is not a size; write e.g. 2GiB, 500MiB, 750MB"));
+    return make_error("'" + std::string(original) + "' is not a size; write e.g. 2GiB, 500MiB, 750MB");
   }
   std::string_view unit = text.substr(static_cast<size_t>(end - text.data()));
   constexpr std::array<std::pair<std::string_view, std::uint64_t>, 14> kUnits = {{
@@ -36,11 +23,11 @@ Result<std::uint64_t> parse_size(std::string_view text) {
   }};
   for (const auto& [name, mult] : kUnits) {
     if (unit != name) continue;
-    if (value > UINT64_MAX / mult) return make_error(message("size ", original, " is too large"));
+    if (value > UINT64_MAX / mult) return make_error("size '" + std::string(original) + "' is too large");
     return value * mult;
   }
-  return make_error(message("unknown size unit in ", original,
-                            "; use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)"));
+  return make_error("unknown size unit in '" + std::string(original) +
+                    "'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB, TB)");
 }
 
 std::string format_size(std::uint64_t bytes) {
