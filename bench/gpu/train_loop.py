@@ -67,22 +67,20 @@ def main():
         fd = os.open(a.progress, os.O_RDWR)
         counter = memoryview(mmap.mmap(fd, 8)).cast("Q")
     if a.launch_bound:
-        return launch_loop(a, counter)
+        return run_steps(a, counter, launch_step(a), {"launches": a.launches})
+    return run_steps(a, counter, train_step(a), {})
 
+
+def train_step(a):
     dev = torch.device("cuda")
     model = net().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     data = DataLoader(Synthetic(10**9, a.size, a.work), batch_size=a.batch,
                       num_workers=a.workers, persistent_workers=a.workers > 0, shuffle=False)
-    print(json.dumps({"label": a.label, "pid": os.getpid(), "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name(0)}), flush=True)
-    start = time.monotonic()
-    last = start
-    steps, times = 0, []
     it = iter(data)
-    while True:
-        t0 = time.monotonic()
+
+    def step():
         x, y = next(it)
         x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
         opt.zero_grad(set_to_none=True)
@@ -90,36 +88,31 @@ def main():
         loss.backward()
         opt.step()
         loss.item()  # synchronizes, as logging the loss does in real loops
-        now = time.monotonic()
-        times.append(now - t0)
-        steps += 1
-        if counter is not None:
-            counter[0] = steps
-        if now - last >= a.report or now - start >= a.seconds:
-            print(json.dumps({"label": a.label, "t": round(now - start, 1), "steps": steps,
-                              "steps_per_s": round(len(times) / (now - last), 2),
-                              "median_step_ms": round(statistics.median(times) * 1e3, 3)}),
-                  flush=True)
-            last, times = now, []
-        if now - start >= a.seconds:
-            return 0
+    return step
 
 
-def launch_loop(a, counter):
+def launch_step(a):
     dev = torch.device("cuda")
     x = torch.rand(64, 64, device=dev)
     w = torch.rand(64, 64, device=dev) / 64
-    print(json.dumps({"label": a.label, "pid": os.getpid(), "torch": torch.__version__,
-                      "device": torch.cuda.get_device_name(0), "launches": a.launches}),
-          flush=True)
-    start = last = time.monotonic()
-    steps, times = 0, []
-    while True:
-        t0 = time.monotonic()
+
+    def step():
         y = x
         for _ in range(a.launches):
             y = torch.mm(y, w)
         y.sum().item()
+    return step
+
+
+def run_steps(a, counter, step, header):
+    """Runs step() for a.seconds, reporting every a.report seconds and counting into counter."""
+    print(json.dumps({"label": a.label, "pid": os.getpid(), "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name(0), **header}), flush=True)
+    start = last = time.monotonic()
+    steps, times = 0, []
+    while True:
+        t0 = time.monotonic()
+        step()
         now = time.monotonic()
         times.append(now - t0)
         steps += 1
