@@ -263,7 +263,12 @@ TEST(Stacks, NativeFramesAreNamedAStrippedCopyShowsOffsetsAndNeitherGetsPythonFr
   for (int pid : {named_pid, bare_pid}) {
     const std::string calls = count("call_windows", pid), sites = count("outlier_sites", pid);
     EXPECT_EQ(calls, sites) << "pid " << pid;
-    EXPECT_NE(calls.find("\n3"), std::string::npos) << "fewer than 300 calls traced: " << calls;
+    // 300 to all 400: the first calls may be made before the attach (it raced ahead of them
+    // once the mocks' probes got cheap, issue #40), never most of them.
+    const size_t newline = calls.find('\n');
+    const long traced = newline == std::string::npos ? -1 : std::atol(calls.c_str() + newline + 1);
+    EXPECT_GE(traced, 300) << "fewer than 300 calls traced: " << calls;
+    EXPECT_LE(traced, 400) << calls;
   }
   named.stop();
   bare.stop();
