@@ -661,9 +661,9 @@ int main(int argc, char** argv) {
   scrapes << "\nscrapes, gzip'd (median / p99): text fresh, text cached (p99 without the client's inflate), protobuf (native + classic) "
              "fresh, protobuf cached; protobuf on the wire; bytes cached for the window (both gzip'd bodies); "
              "text rendered and gzip'd in pieces as /metrics does it: time, peak RSS growth\n";
-  std::snprintf(line, sizeof line, "%7s %26s %26s %26s %26s %26s\n", "cgroups", "text x2",
-                "text x16, ids none", "protobuf native+classic", "protobuf native only",
-                "protobuf native, ids none");
+  std::snprintf(line, sizeof line, "%7s %26s %26s %26s %26s %26s\n", "cgroups",
+                "text, pre-#37 defaults", "text, defaults", "protobuf n+c, pre-#37",
+                "protobuf n+c, defaults", "protobuf native, defaults");
   formats << line;
   for (size_t k = 0; k < sizes.size(); k++) {
     const int n = sizes[k];
@@ -671,9 +671,18 @@ int main(int argc, char** argv) {
     Built b = build_snapshot(n, 100 + static_cast<std::uint64_t>(n));
     auto render = bench_render(*b.snap, build, reps, max_s, n);
     {
-      sw::metrics::ExpositionOptions lean;
-      lean.container_id = lean.pod = lean.pod_namespace = lean.container = false;
-      lean.ladder_step = 4;
+      // Issue #37: what the defaults were before (every identity label and the cgroup path on
+      // every series, one series per call, every power of two) and what they are now.
+      sw::metrics::ExpositionOptions before;
+      before.cgroup = before.container_id = before.per_call = true;
+      before.ladder_step = 1;
+      const sw::metrics::ExpositionOptions now;
+      auto protobuf = [&](const sw::metrics::ExpositionOptions& o, bool classic) {
+        auto families = sw::metrics::build_model(*b.snap, build);
+        std::deque<sw::identity::Identity> shaped;
+        sw::metrics::shape_families(families, o, shaped);
+        return sw::metrics::render_protobuf(families, classic, o.ladder_step);
+      };
       auto measure = [&](const std::function<std::string()>& render_one) {
         std::vector<double> ms;
         size_t bytes = 0, gz = 0;
@@ -695,23 +704,14 @@ int main(int argc, char** argv) {
         std::ofstream(dump_dir + "/text-" + n_s + ".txt", std::ios::binary)
             << sw::metrics::render_exposition(*b.snap, build);
         std::ofstream(dump_dir + "/protobuf-" + n_s + ".bin", std::ios::binary)
-            << sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), true);
+            << protobuf(now, true);
       }
-      const std::string t2 = measure([&] { return sw::metrics::render_exposition(*b.snap, build); });
-      const std::string t16 =
-          measure([&] { return sw::metrics::render_exposition(*b.snap, build, lean); });
-      const std::string pb = measure([&] {
-        return sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), true);
-      });
-      const std::string pn = measure([&] {
-        return sw::metrics::render_protobuf(sw::metrics::build_model(*b.snap, build), false);
-      });
-      const std::string pl = measure([&] {
-        auto families = sw::metrics::build_model(*b.snap, build);
-        std::deque<sw::identity::Identity> stripped;
-        sw::metrics::strip_identity(families, lean, stripped);
-        return sw::metrics::render_protobuf(families, false);
-      });
+      const std::string t2 =
+          measure([&] { return sw::metrics::render_exposition(*b.snap, build, before); });
+      const std::string t16 = measure([&] { return sw::metrics::render_exposition(*b.snap, build); });
+      const std::string pb = measure([&] { return protobuf(before, true); });
+      const std::string pn = measure([&] { return protobuf(now, true); });
+      const std::string pl = measure([&] { return protobuf(now, false); });
       std::snprintf(line, sizeof line, "%7d %26s %26s %26s %26s %26s\n", n, t2.c_str(),
                     t16.c_str(), pb.c_str(), pn.c_str(), pl.c_str());
       formats << line;

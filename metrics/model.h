@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,25 +56,39 @@ struct Family {
 std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build);
 
 // What a deployment chooses to expose on /metrics (run --metrics.identity-labels,
-// --metrics.histogram-ladder): fewer series labels and classic buckets at fleet scale.
+// --metrics.calls, --metrics.histogram-ladder). The defaults are what a fleet can afford
+// (issue #37): every per-workload series carries the short `workload` key and the Kubernetes
+// names where known, CUDA calls are grouped by class, and the classic ladder has a bound every
+// power of four. stallwatch_cgroup_info carries the whole identity, for joins.
 struct ExpositionOptions {
-  // Identity labels kept on every series beside `cgroup` (stallwatch_cgroup_info keeps them
-  // all, for joins).
-  bool container_id = true;
+  // Identity labels kept on every series beside `workload`.
+  bool cgroup = false;        // the full cgroup v2 path
+  bool container_id = false;  // 64 hex digits: a new value at every container restart
   bool pod = true;
   bool pod_namespace = true;
   bool container = true;
-  int ladder_step = 1;  // classic `le` bounds: every power of two (1) or every 4th (4)
-  bool drops_identity() const { return !(container_id && pod && pod_namespace && container); }
+  // CUDA call families (duration, off-CPU in calls, in flight, allocation bytes): one series
+  // per call (true) or per class of call: launch, sync, copy, memory, graph_build, nccl, other
+  // (the memory families per kind of memory, the off-CPU time in calls per api alone).
+  bool per_call = false;
+  int ladder_step = 2;  // classic `le` bounds: every power of two (1), of four (2), of 16 (4)
   bool operator==(const ExpositionOptions&) const = default;
 };
 
-// Points of every family but stallwatch_cgroup_info re-pointed at copies of their workload
-// without the identity labels `o` leaves out; the copies live in `holder`.
-void strip_identity(std::vector<Family>& families, const ExpositionOptions& o,
+// Shapes the model for one exposition: every point is re-pointed at a copy of its workload
+// (kept in `holder`) that carries the workload key (workload_keys) and only the identity
+// labels `o` keeps (stallwatch_cgroup_info keeps them all), and unless `o.per_call` the points
+// of the CUDA call families are merged per class of call (their `call` label dropped).
+void shape_families(std::vector<Family>& families, const ExpositionOptions& o,
                     std::deque<identity::Identity>& holder);
 
-// Identity labels of a workload, in label order: cgroup always, container_id when known.
+// The `workload` label of each workload of the model, by cgroup path: a short key stable across
+// container restarts (identity::workload_key), or the cgroup path where two workloads of the
+// node would share one key.
+std::map<std::string, std::string> workload_keys(const std::vector<Family>& families);
+
+// Identity labels of a workload copy made by shape_families, in label order: workload, then
+// cgroup, container_id, pod, namespace, container where kept and known.
 LabelPairs identity_labels(const identity::Identity& id);
 
 // The OpenTelemetry name of a family: `_total` of counters and a unit suffix (`_seconds`,

@@ -55,7 +55,7 @@ class Routes::ExpositionCache {
     if (format != kProtobuf) return render_exposition(snap, build, options, format == kOpenMetrics);
     std::vector<Family> families = build_model(snap, build);
     std::deque<identity::Identity> stripped;
-    strip_identity(families, options, stripped);
+    shape_families(families, options, stripped);
     return render_protobuf(families, classic, options.ladder_step);
   }
   std::mutex mu_;

@@ -56,7 +56,8 @@ const char* const kDemoUsage =
     "                      (see `stallwatch run --help`; OTEL_* variables apply too)\n"
     "  --log.level LEVEL   debug, info, warn or error (default info); -v is debug\n"
     "  --log.format FORMAT logfmt or json, one line per message (default: plain lines)\n"
-    "  --metrics.identity-labels LIST, --metrics.histogram-ladder x2|x16\n"
+    "  --metrics.identity-labels LIST, --metrics.calls class|call,\n"
+    "  --metrics.histogram-ladder x4|x2|x16\n"
     "                      what /metrics carries, as `stallwatch run --help` describes\n";
 
 Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
@@ -72,7 +73,8 @@ Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
     ("hold", "")
     ("json", "")
     ("metrics.identity-labels", po::value<std::string>(), "")
-    ("metrics.histogram-ladder", po::value<std::string>(), "");
+    ("metrics.histogram-ladder", po::value<std::string>(), "")
+    ("metrics.calls", po::value<std::string>(), "");
   // clang-format on
   add_log_flags(desc);
   for (const auto& f : otlp::push_flag_infos()) {
@@ -104,6 +106,11 @@ Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
   if (vm->count("metrics.histogram-ladder")) {
     auto r = set_histogram_ladder((*vm)["metrics.histogram-ladder"].as<std::string>(),
                                   "--metrics.histogram-ladder", o.exposition);
+    if (!r) return r.error();
+  }
+  if (vm->count("metrics.calls")) {
+    auto r = set_metric_calls((*vm)["metrics.calls"].as<std::string>(), "--metrics.calls",
+                              o.exposition);
     if (!r) return r.error();
   }
   if (vm->count("db")) o.db = (*vm)["db"].as<std::string>();

@@ -42,10 +42,13 @@ po::options_description run_options_description() {
     ("web.classic-histograms", po::value<std::string>(), "true (default): the protobuf "
      "exposition carries classic buckets beside the native histograms; false: native only")
     ("metrics.identity-labels", po::value<std::string>(), "identity labels on every series "
-     "beside cgroup: a comma list of container_id, pod, namespace, container, or none (default "
-     "all; stallwatch_cgroup_info keeps them all for joins)")
-    ("metrics.histogram-ladder", po::value<std::string>(), "classic histogram bounds: x2 "
-     "(default: every power of two, 27 bounds) or x16 (every 4th power, 7 bounds)")
+     "beside the short workload key: a comma list of pod, namespace, container, container_id, "
+     "cgroup (the full path), or none (default pod,namespace,container; stallwatch_cgroup_info "
+     "keeps them all for joins)")
+    ("metrics.calls", po::value<std::string>(), "CUDA call series: class (default: one per "
+     "class of call: launch, sync, copy, memory, graph_build, nccl, other) or call (one per call)")
+    ("metrics.histogram-ladder", po::value<std::string>(), "classic histogram bounds: x4 "
+     "(default: every 2nd power of two, 14 bounds), x2 (every power, 27) or x16 (every 4th, 7)")
     ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
      "\"none\" keeps no store)")
     ("max-db", po::value<std::string>(), "prune the oldest data past this size: 2GiB, 500MiB "
@@ -150,14 +153,16 @@ constexpr DurationRange kDurationRanges[] = {
 
 Result<Ok> set_identity_labels(const std::string& value, const std::string& source,
                                metrics::ExpositionOptions& e) {
-  e.container_id = e.pod = e.pod_namespace = e.container = false;
+  e.cgroup = e.container_id = e.pod = e.pod_namespace = e.container = false;
   if (value == "none") return Ok{};
   size_t start = 0;
   while (start <= value.size()) {
     size_t end = value.find(',', start);
     if (end == std::string::npos) end = value.size();
     const std::string name = value.substr(start, end - start);
-    if (name == "container_id") {
+    if (name == "cgroup") {
+      e.cgroup = true;
+    } else if (name == "container_id") {
       e.container_id = true;
     } else if (name == "pod") {
       e.pod = true;
@@ -167,7 +172,7 @@ Result<Ok> set_identity_labels(const std::string& value, const std::string& sour
       e.container = true;
     } else {
       return make_error(source + " " + value + ": unknown label '" + name +
-                        "' (container_id, pod, namespace, container, or none)");
+                        "' (pod, namespace, container, container_id, cgroup, or none)");
     }
     start = end + 1;
   }
@@ -178,11 +183,22 @@ Result<Ok> set_histogram_ladder(const std::string& value, const std::string& sou
                                 metrics::ExpositionOptions& e) {
   if (value == "x2") {
     e.ladder_step = 1;
+  } else if (value == "x4") {
+    e.ladder_step = 2;
   } else if (value == "x16") {
     e.ladder_step = 4;
   } else {
-    return make_error(source + " " + value + ": expected x2 or x16");
+    return make_error(source + " " + value + ": expected x4, x2 or x16");
   }
+  return Ok{};
+}
+
+Result<Ok> set_metric_calls(const std::string& value, const std::string& source,
+                            metrics::ExpositionOptions& e) {
+  if (value != "class" && value != "call") {
+    return make_error(source + " " + value + ": expected class or call");
+  }
+  e.per_call = value == "call";
   return Ok{};
 }
 
@@ -281,6 +297,9 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   }
   if (const std::string* ladder = text_flag(flags, "metrics.histogram-ladder", &source)) {
     if (auto r = set_histogram_ladder(*ladder, source, o.exposition); !r) return r.error();
+  }
+  if (const std::string* calls = text_flag(flags, "metrics.calls", &source)) {
+    if (auto r = set_metric_calls(*calls, source, o.exposition); !r) return r.error();
   }
   if (auto r = switch_flag(flags, "web.classic-histograms", "true", "false",
                            o.web_classic_histograms);

@@ -85,11 +85,14 @@ std::vector<std::string> unknown_run_variables(const std::vector<std::string>& e
 // STALLWATCH_ variable when the value came from there.
 std::string name_run_flag_source(const RunOptions& o, const std::string& message);
 
-// --metrics.identity-labels VALUE and --metrics.histogram-ladder VALUE into `e` (run and demo);
+// --metrics.identity-labels, --metrics.histogram-ladder and --metrics.calls VALUE into `e` (run
+// and demo);
 // the error names `source` (the flag or variable) and the accepted values.
 Result<Ok> set_identity_labels(const std::string& value, const std::string& source,
                                metrics::ExpositionOptions& e);
 Result<Ok> set_histogram_ladder(const std::string& value, const std::string& source,
                                 metrics::ExpositionOptions& e);
+Result<Ok> set_metric_calls(const std::string& value, const std::string& source,
+                            metrics::ExpositionOptions& e);
 
 }  // namespace stallwatch::cli

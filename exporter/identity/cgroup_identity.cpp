@@ -167,4 +167,22 @@ Identity parse_cgroup_path(std::string_view path) {
   return id;
 }
 
+std::string workload_key(const Identity& id) {
+  const std::string short_id = id.container_id.substr(0, 12);
+  if (!id.pod.empty()) {
+    std::string key = id.pod_namespace + "/" + id.pod;
+    if (!id.container.empty()) key += "/" + id.container;
+    return key;
+  }
+  if (!id.pod_uid.empty()) return "pod/" + id.pod_uid + (short_id.empty() ? "" : "/" + short_id);
+  if (!short_id.empty()) {
+    return (id.runtime.empty() ? std::string("container") : id.runtime) + "/" + short_id;
+  }
+  if (!id.slurm_job.empty()) {
+    return "slurm/job_" + id.slurm_job + (id.slurm_step.empty() ? "" : "/step_" + id.slurm_step);
+  }
+  if (!id.systemd_unit.empty()) return id.systemd_unit;
+  return id.cgroup.empty() ? std::string("/") : id.cgroup;
+}
+
 }  // namespace stallwatch::identity

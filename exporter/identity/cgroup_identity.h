@@ -23,6 +23,9 @@ struct Identity {
   std::string pod{};
   std::string pod_namespace{};
   std::string container{};
+  // The `workload` label on /metrics (metrics/model.h's shape_families sets it on its copies;
+  // empty elsewhere).
+  std::string workload{};
 
   bool operator==(const Identity&) const = default;
 };
@@ -41,5 +44,16 @@ struct Identity {
 // else "systemd" when a unit was found. crio-conmon-<id>.scope holds CRI-O's monitor process,
 // not the container: runtime "crio" without a container_id.
 Identity parse_cgroup_path(std::string_view path);
+
+// A short key for a workload, stable across its container's restarts where the Kubernetes names
+// are known (issue #37: the `workload` label of every per-workload series):
+//   namespace/pod/container      Kubernetes names known (container left off when unknown)
+//   pod/<uid>/<12 hex>           a pod's container, names not known
+//   <runtime>/<12 hex>           another container (docker/3f2a9c1b7d4e)
+//   slurm/job_<id>/step_<step>   a Slurm job (the step left off when unknown)
+//   <unit>                       a systemd unit or scope (fluent-bit.service, session-3.scope)
+//   <cgroup path>                anything else ("/" for the root)
+// Never empty.
+std::string workload_key(const Identity& id);
 
 }  // namespace stallwatch::identity

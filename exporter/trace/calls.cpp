@@ -170,6 +170,27 @@ CallClass call_class(std::uint32_t call_id) {
   return call_id < kCalls.size() ? kCalls[call_id].cls : CallClass::kOther;
 }
 
+std::string_view metric_class(std::uint32_t call_id) {
+  if (call_id >= kCalls.size()) return "other";
+  const CallInfo& c = kCalls[call_id];
+  if (c.api == Api::kNccl) return "nccl";
+  if (c.kernel_launch || c.name == "cudaGraphLaunch" || c.name == "cuGraphLaunch") return "launch";
+  if (c.mem.op != MemOp::kNone) return "memory";
+  switch (c.cls) {
+    case CallClass::kSync:
+      return "sync";
+    case CallClass::kCopy:
+      return "copy";
+    case CallClass::kAlloc:
+      return "memory";
+    case CallClass::kGraphBuild:
+      return "graph_build";
+    case CallClass::kOther:
+      break;
+  }
+  return "other";
+}
+
 std::uint64_t cookie_of(std::uint32_t call_id) {
   std::uint64_t cookie = call_id;
   if (call_id >= kCalls.size()) return cookie;

@@ -103,6 +103,11 @@ std::span<const CallInfo> all_calls();
 // layer not chosen. Unknown ids: false.
 bool probed_under(std::uint32_t call_id, LaunchLayer layer);
 CallClass call_class(std::uint32_t call_id);  // kOther for an unknown id
+
+// The `class` label of a call on /metrics (by default its series are merged per class, issue
+// #37): launch (kernel and graph launches), sync, copy, memory (allocation and free),
+// graph_build, nccl (every NCCL call), other. "other" for an unknown id.
+std::string_view metric_class(std::uint32_t call_id);
 std::string_view api_name(Api api);  // the `api` label: runtime, driver, nccl
 
 // Call id for an exported symbol of a library of the given api: the symbol itself or a

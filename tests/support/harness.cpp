@@ -166,6 +166,16 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
   if (std::find(extra_args.begin(), extra_args.end(), "--window") == extra_args.end()) {
     argv.insert(argv.end(), {"--window", "200ms"});
   }
+  // The tests find their series by the cgroup path and the call: both are opt-in on /metrics
+  // (issue #37); a test of the defaults passes its own --metrics.* flags.
+  auto has = [&](const char* flag) {
+    return std::find(extra_args.begin(), extra_args.end(), flag) != extra_args.end();
+  };
+  if (!has("--metrics.identity-labels")) {
+    argv.insert(argv.end(),
+                {"--metrics.identity-labels", "cgroup,container_id,pod,namespace,container"});
+  }
+  if (!has("--metrics.calls")) argv.insert(argv.end(), {"--metrics.calls", "call"});
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {

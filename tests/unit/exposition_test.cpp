@@ -15,7 +15,9 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <cstring>
 
 #include "trace/records.h"
 #include "identity/cgroup_identity.h"
@@ -37,6 +39,17 @@ const std::string kContainerCgroup =
     "/kubepods.slice/kubepods-burstable.slice/"
     "kubepods-burstable-pod1b2c3d4e_5f60_7182_93a4_b5c6d7e8f901.slice/cri-containerd-" +
     std::string(kContainerId) + ".scope";
+// Its `workload` key: the pod UID and the short container id (no Kubernetes names here).
+const std::string kPodKey = "pod/1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901/0123456789ab";
+
+// Every label and every bound, one series per call: what the defaults were before issue #37,
+// and what these tests of the writer read.
+ExpositionOptions detailed() {
+  ExpositionOptions o;
+  o.cgroup = o.container_id = o.per_call = true;
+  o.ladder_step = 1;
+  return o;
+}
 
 std::uint32_t call_id(std::string_view name) {
   const auto calls = trace::all_calls();
@@ -91,7 +104,9 @@ Snapshot synthetic_snapshot() {
   return snap;
 }
 
-std::string rendered() { return render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}); }
+std::string rendered() {
+  return render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, detailed());
+}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -110,7 +125,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 TEST(ExpositionTest, HistogramCountSumAndInf) {
   const std::string text = rendered();
-  const std::string root = R"(cgroup="/",api="runtime",call="cudaMalloc")";
+  const std::string root = R"(workload="/",cgroup="/",api="runtime",class="memory",call="cudaMalloc")";
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_count{" + root + "} 3"));
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_sum{" + root + "} 0.0015"));
   EXPECT_TRUE(
@@ -124,7 +139,7 @@ TEST(ExpositionTest, CumulativeBuckets) {
     return "stallwatch_cuda_call_duration_seconds_bucket{" + labels + R"(,le=")" + le + "\"} " +
            std::to_string(v);
   };
-  const std::string malloc_labels = R"(cgroup="/",api="runtime",call="cudaMalloc")";
+  const std::string malloc_labels = R"(workload="/",cgroup="/",api="runtime",class="memory",call="cudaMalloc")";
   EXPECT_TRUE(HasLine(text, bucket(malloc_labels, "9.5367431640625e-07", 1)));  // folded from 2^-25
   EXPECT_TRUE(HasLine(text, bucket(malloc_labels, "0.00048828125", 1)));
   EXPECT_TRUE(HasLine(text, bucket(malloc_labels, "0.0009765625", 2)));
@@ -134,7 +149,7 @@ TEST(ExpositionTest, CumulativeBuckets) {
   EXPECT_TRUE(HasLine(text, bucket(malloc_labels, "64", 3)));
   EXPECT_TRUE(HasLine(text, bucket(malloc_labels, "+Inf", 3)));
 
-  const std::string launch_labels = R"(cgroup="/",api="driver",call="cuLaunchKernel")";
+  const std::string launch_labels = R"(workload="/",cgroup="/",api="driver",class="launch",call="cuLaunchKernel")";
   EXPECT_TRUE(HasLine(text, bucket(launch_labels, "32", 0)));
   EXPECT_TRUE(HasLine(text, bucket(launch_labels, "64", 1)));
   EXPECT_TRUE(HasLine(text, bucket(launch_labels, "+Inf", 2)));  // 2^8 s lands in +Inf only
@@ -154,13 +169,13 @@ TEST(ExpositionTest, CumulativeBuckets) {
 TEST(ExpositionTest, ContainerIdOnlyOnContainerSeries) {
   const std::string text = rendered();
   const std::string pod =
-      "cgroup=\"" + kContainerCgroup + "\",container_id=\"" + std::string(kContainerId) + "\"";
+      "workload=\"" + kPodKey + "\",cgroup=\"" + kContainerCgroup + "\",container_id=\"" + std::string(kContainerId) + "\"";
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_count{" + pod +
-                                R"(,api="runtime",call="cudaMemcpyAsync"} 2)"));
+                                R"(,api="runtime",class="copy",call="cudaMemcpyAsync"} 2)"));
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_bucket{" + pod +
-                                R"(,api="runtime",call="cudaMemcpyAsync",le="0.001953125"} 0)"));
+                                R"(,api="runtime",class="copy",call="cudaMemcpyAsync",le="0.001953125"} 0)"));
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_bucket{" + pod +
-                                R"(,api="runtime",call="cudaMemcpyAsync",le="0.00390625"} 2)"));
+                                R"(,api="runtime",class="copy",call="cudaMemcpyAsync",le="0.00390625"} 2)"));
   EXPECT_TRUE(HasLine(text, "stallwatch_offcpu_seconds_total{" + pod + R"(,state="runnable"} 2)"));
   EXPECT_TRUE(HasLine(text, "stallwatch_cgroup_info{" + pod +
                                 R"(,pod_uid="1b2c3d4e-5f60-7182-93a4-b5c6d7e8f901",)"
@@ -168,11 +183,11 @@ TEST(ExpositionTest, ContainerIdOnlyOnContainerSeries) {
                                 R"(slurm_step=""} 1)"));
   std::size_t root_lines = 0, pod_lines = 0;
   for (const std::string& l : lines_of(text)) {
-    if (l.find(R"({cgroup="/",)") != std::string::npos) {
+    if (l.find(R"({workload="/",cgroup="/",)") != std::string::npos) {
       ++root_lines;
       EXPECT_EQ(l.find("container_id"), std::string::npos) << l;
     }
-    if (l.find("{cgroup=\"" + kContainerCgroup + "\",") != std::string::npos) {
+    if (l.find("{workload=\"" + kPodKey + "\",cgroup=\"" + kContainerCgroup + "\",") != std::string::npos) {
       ++pod_lines;
       EXPECT_NE(l.find(pod), std::string::npos) << l;
     }
@@ -186,53 +201,168 @@ TEST(ExpositionTest, ContainerIdOnlyOnContainerSeries) {
 
 TEST(ExpositionTest, OffCpuAndRatios) {
   const std::string text = rendered();
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{cgroup="/",state="runnable"} 0.5)"));
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{cgroup="/",state="blocked"} 1.25)"));
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_offcpu_seconds_total{cgroup="/",)"
-                            R"(api="runtime",call="cudaMalloc",state="runnable"} 0.25)"));
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_offcpu_seconds_total{cgroup="/",)"
-                            R"(api="runtime",call="cudaMalloc",state="blocked"} 0.125)"));
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_ratio{cgroup="/",state="runnable"} 0.25)"));
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_ratio{cgroup="/",state="blocked"} 0.5)"));
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_cgroup_info{cgroup="/",pod_uid="",runtime="",)"
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{workload="/",cgroup="/",state="runnable"} 0.5)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{workload="/",cgroup="/",state="blocked"} 1.25)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_offcpu_seconds_total{workload="/",cgroup="/",)"
+                            R"(api="runtime",class="memory",call="cudaMalloc",state="runnable"} 0.25)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_offcpu_seconds_total{workload="/",cgroup="/",)"
+                            R"(api="runtime",class="memory",call="cudaMalloc",state="blocked"} 0.125)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_ratio{workload="/",cgroup="/",state="runnable"} 0.25)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_ratio{workload="/",cgroup="/",state="blocked"} 0.5)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cgroup_info{workload="/",cgroup="/",pod_uid="",runtime="",)"
                             R"(systemd_unit="",slurm_job="",slurm_step=""} 1)"));
 }
 
-// --metrics.identity-labels none and --metrics.histogram-ladder x16: series keep only `cgroup`,
-// stallwatch_cgroup_info keeps container_id for joins, and histograms have 7 finite bounds
-// (2^-20 .. 2^4 s) plus +Inf with the same cumulative counts where they coincide.
+// --metrics.identity-labels none and --metrics.histogram-ladder x16: series keep only
+// `workload`, stallwatch_cgroup_info keeps the cgroup path and container_id for joins, and
+// histograms have 7 finite bounds (2^-20 .. 2^4 s) plus +Inf with the same cumulative counts
+// where they coincide.
 TEST(ExpositionTest, IdentityLabelsAndLadderAreTheDeploymentsChoice) {
   ExpositionOptions o;
-  o.container_id = o.pod = o.pod_namespace = o.container = false;
+  o.pod = o.pod_namespace = o.container = false;
+  o.per_call = true;
   o.ladder_step = 4;
   const std::string text = render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, o);
-  const std::string cg = "cgroup=\"" + kContainerCgroup + "\"";
+  const std::string cg = "workload=\"" + kPodKey + "\"";
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_count{" + cg +
-                                R"(,api="runtime",call="cudaMemcpyAsync"} 2)"));
+                                R"(,api="runtime",class="copy",call="cudaMemcpyAsync"} 2)"));
   EXPECT_TRUE(HasLine(text, "stallwatch_offcpu_seconds_total{" + cg + R"(,state="runnable"} 2)"));
   EXPECT_EQ(text.find("container_id=\"" + std::string(kContainerId) + "\",api"), std::string::npos);
-  EXPECT_NE(text.find("stallwatch_cgroup_info{" + cg + ",container_id=\"" + std::string(kContainerId)),
+  EXPECT_NE(text.find("stallwatch_cgroup_info{" + cg + ",cgroup=\"" + kContainerCgroup +
+                      "\",container_id=\"" + std::string(kContainerId)),
             std::string::npos)
-      << "the info series keeps it";
+      << "the info series keeps them";
   size_t buckets = 0;
   for (const std::string& l : lines_of(text)) {
     if (l.starts_with("stallwatch_cuda_call_duration_seconds_bucket{" + cg +
-                      R"(,api="runtime",call="cudaMemcpyAsync")")) {
+                      R"(,api="runtime",class="copy",call="cudaMemcpyAsync")")) {
       ++buckets;
     }
   }
   EXPECT_EQ(buckets, 8u);
   EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_bucket{" + cg +
-                                R"(,api="runtime",call="cudaMemcpyAsync",le="0.00390625"} 2)"));
+                                R"(,api="runtime",class="copy",call="cudaMemcpyAsync",le="0.00390625"} 2)"));
   EXPECT_EQ(text.find(R"(le="0.001953125")"), std::string::npos) << "not on the x16 ladder";
-  // The defaults render what render_exposition always did.
-  EXPECT_EQ(render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, ExpositionOptions{}), rendered());
+}
+
+// Issue #37's defaults: `workload` and the Kubernetes names (none known here), no cgroup path or
+// container id beside them, calls merged per class (the root's cudaMalloc and cuLaunchKernel
+// are one memory and one launch series), a bound every power of four.
+TEST(ExpositionTest, DefaultsAreTheFleetShape) {
+  const std::string text = render_exposition(synthetic_snapshot(), {"1.2.3", "abc"});
+  EXPECT_EQ(text.find("call=\""), std::string::npos);
+  EXPECT_EQ(text.find("container_id=\"" + std::string(kContainerId) + "\",api"), std::string::npos);
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_duration_seconds_count{workload="/",api="runtime",class="memory"} 3)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_duration_seconds_bucket{workload="/",api="runtime",class="memory",le="+Inf"} 3)"));
+  EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_count{workload=\"" + kPodKey +
+                                R"(",api="runtime",class="copy"} 2)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_offcpu_seconds_total{workload="/",api="runtime",state="runnable"} 0.25)"));
+  EXPECT_NE(text.find("stallwatch_cgroup_info{workload=\"" + kPodKey + "\",cgroup=\"" +
+                      kContainerCgroup + "\",container_id=\""),
+            std::string::npos);
+  size_t buckets = 0;
+  for (const std::string& l : lines_of(text)) {
+    if (l.starts_with(R"(stallwatch_cuda_call_duration_seconds_bucket{workload="/",api="runtime",class="memory",)")) {
+      ++buckets;
+    }
+  }
+  EXPECT_EQ(buckets, 15u) << "14 bounds, 2^-20 .. 2^6 s, and +Inf";
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_cuda_call_duration_seconds_bucket{workload="/",api="runtime",class="memory",le="6.103515625e-05"} 1)"));
+}
+
+// Issue #37's budget: a training-loop-shaped workload (the calls of the H100 validation's loop,
+// docs/validation.md: launches, copies, synchronizes and allocations at both layers, pinned
+// host memory included; 15 distinct calls) costs at defaults at most 150 classic series on the
+// text form and at most 40 series where the scraper keeps native histograms (one series each).
+// Measured here: 143 and 31. The same workload cost 502 classic series before.
+Snapshot training_loop_snapshot() {
+  Snapshot snap;
+  Series& s = snap.series[kContainerCgroup];
+  s.identity = identity::parse_cgroup_path(kContainerCgroup);
+  s.identity.pod = "llm-train-0";
+  s.identity.pod_namespace = "ml-training";
+  s.identity.container = "trainer";
+  for (const char* name :
+       {"cuLaunchKernel", "cuLaunchKernelEx", "cudaMemcpyAsync", "cuMemcpyAsync",
+        "cudaStreamSynchronize", "cuStreamSynchronize", "cudaDeviceSynchronize",
+        "cuCtxSynchronize", "cudaEventSynchronize", "cudaMalloc", "cuMemAlloc_v2", "cudaFree",
+        "cuMemFree_v2", "cudaHostAlloc", "cuMemHostAlloc"}) {
+    const std::uint32_t id = call_id(name);
+    CallTotals t;
+    t.count = 1000;
+    t.sum_ns = 7'000'000;
+    t.buckets[17] = 990;
+    t.buckets[27] = 10;
+    t.runnable_ns = 1'000'000;
+    t.blocked_ns = 2'000'000;
+    if (trace::is_allocating_call(id)) t.alloc_bytes = 1 << 30;
+    s.calls[id] = t;
+    if (trace::is_allocating_call(id)) s.processes.push_back({1234, id, t});
+  }
+  s.offcpu.runnable_ns = 1'000'000;
+  s.offcpu.blocked_ns = 2'000'000;
+  return snap;
+}
+
+// Series of a workload in a text exposition: every sample line (classic), and with native
+// histograms every line but the buckets and sums of histograms (their _count stands for one).
+std::pair<size_t, size_t> series_of(const std::string& text, const std::string& workload) {
+  size_t classic = 0, native = 0;
+  std::set<std::string> histograms;
+  std::string family;
+  for (const std::string& l : lines_of(text)) {
+    if (l.starts_with("# TYPE ")) {
+      std::istringstream in(l.substr(7));
+      std::string name, type;
+      in >> name >> type;
+      if (type == "histogram") histograms.insert(name);
+      continue;
+    }
+    if (l.empty() || l[0] == '#' || l.find("workload=\"" + workload + "\"") == std::string::npos) {
+      continue;
+    }
+    ++classic;
+    const std::string name = l.substr(0, l.find('{'));
+    bool part = false;
+    for (const char* suffix : {"_bucket", "_sum"}) {
+      if (name.ends_with(suffix) && histograms.count(name.substr(0, name.size() - std::strlen(suffix)))) {
+        part = true;
+      }
+    }
+    if (!part) ++native;
+  }
+  return {classic, native};
+}
+
+TEST(SeriesBudget, FifteenCallTrainingLoopAtDefaults) {
+  const Snapshot snap = training_loop_snapshot();
+  const std::string text = render_exposition(snap, {"1.2.3", "abc"});
+  const std::string key = "ml-training/llm-train-0/trainer";
+  const auto [classic, native] = series_of(text, key);
+  EXPECT_LE(classic, 150u) << text;
+  EXPECT_LE(native, 40u) << text;
+  // Exactly: 7 duration histograms (runtime copy, sync, memory; driver launch, copy, sync,
+  // memory) of 14 bounds + +Inf + _sum + _count; off-CPU in calls per api and state (4);
+  // allocated, freed and failed allocations per api and kind of memory (3 x 4), live bytes (4);
+  // off-CPU and its ratio per state (4), starvation (1), info (1).
+  EXPECT_EQ(classic, 7u * 17u + 4u + 12u + 4u + 4u + 1u + 1u);
+  EXPECT_EQ(native, 7u + 4u + 12u + 4u + 4u + 1u + 1u);
+  EXPECT_TRUE(HasLine(text, "stallwatch_cuda_call_duration_seconds_count{workload=\"" + key +
+                                R"(",pod="llm-train-0",namespace="ml-training",container="trainer",)"
+                                R"(api="driver",class="sync"} 2000)"));
+  // The whole identity stays on the info series, for joins.
+  EXPECT_NE(text.find("stallwatch_cgroup_info{workload=\"" + key + "\",cgroup=\"" +
+                      kContainerCgroup + "\",container_id=\"" + std::string(kContainerId)),
+            std::string::npos);
+  // What it cost with every label, call and bound (the defaults before issue #37).
+  const auto before = series_of(render_exposition(snap, {"1.2.3", "abc"}, detailed()), key);
+  EXPECT_EQ(before.first, 15u * 30u + 15u * 2u + 4u * 3u + 4u + 4u + 1u + 1u);
 }
 
 // OpenMetrics text 1.0.0 (what a Prometheus without native histograms asks for first): counter
 // families named without `_total`, buckets before count and sum, quotes escaped in HELP, # EOF.
 TEST(ExpositionTest, OpenMetricsForm) {
-  const std::string text = render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, {}, true);
+  const std::string text = render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, detailed(), true);
   EXPECT_TRUE(HasLine(text, "# TYPE stallwatch_outliers counter"));
   EXPECT_TRUE(HasLine(text, "stallwatch_outliers_total 17"));
   EXPECT_EQ(text.find("# TYPE stallwatch_outliers_total"), std::string::npos);
@@ -248,7 +378,7 @@ TEST(ExpositionTest, OpenMetricsForm) {
   EXPECT_FALSE(accepts_openmetrics("text/plain;version=0.0.4"));
   EXPECT_FALSE(accepts_openmetrics("application/openmetrics-text;q=0"));
   // The text form is what it was.
-  EXPECT_EQ(render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, {}, false), rendered());
+  EXPECT_EQ(render_exposition(synthetic_snapshot(), {"1.2.3", "abc"}, detailed(), false), rendered());
 }
 
 TEST(ExpositionTest, DaemonFamilies) {
@@ -310,9 +440,9 @@ Snapshot odd_cgroup_snapshot() {
 TEST(ExpositionTest, LabelEscaping) {
   const Snapshot snap = odd_cgroup_snapshot();
   ASSERT_EQ(snap.series.begin()->second.identity.cgroup, "/odd\"dir\\name\nx");
-  const std::string text = render_exposition(snap, {"1.2.3", "abc"});
+  const std::string text = render_exposition(snap, {"1.2.3", "abc"}, detailed());
   EXPECT_TRUE(HasLine(
-      text, R"(stallwatch_offcpu_seconds_total{cgroup="/odd\"dir\\name\nx",state="runnable"} 1)"));
+      text, R"(stallwatch_offcpu_seconds_total{workload="/odd\"dir\\name\nx",cgroup="/odd\"dir\\name\nx",state="runnable"} 1)"));
 }
 
 // ---- Host-side families (issue 4) ----
@@ -395,10 +525,12 @@ Snapshot host_snapshot() {
   return snap;
 }
 
-std::string host_rendered() { return render_exposition(host_snapshot(), {"1.2.3", "abc"}); }
+std::string host_rendered() {
+  return render_exposition(host_snapshot(), {"1.2.3", "abc"}, detailed());
+}
 
 std::string pod_labels() {
-  return "cgroup=\"" + kContainerCgroup + "\",container_id=\"" + std::string(kContainerId) + "\"";
+  return "workload=\"" + kPodKey + "\",cgroup=\"" + kContainerCgroup + "\",container_id=\"" + std::string(kContainerId) + "\"";
 }
 
 // The lines of `text` that are samples of `family` (any suffix) for cgroup `cgroup`.
@@ -406,7 +538,7 @@ std::vector<std::string> samples_of(const std::string& text, const std::string& 
                                     const std::string& cgroup) {
   std::vector<std::string> out;
   for (const std::string& l : lines_of(text)) {
-    if (l.starts_with(family) && l.find("{cgroup=\"" + cgroup + "\"") != std::string::npos) {
+    if (l.starts_with(family) && l.find(",cgroup=\"" + cgroup + "\"") != std::string::npos) {
       out.push_back(l);
     }
   }
@@ -419,7 +551,7 @@ TEST(ExpositionHostTest, StarvationRatio) {
   EXPECT_TRUE(HasLine(text, "stallwatch_gpu_starvation_ratio{" + pod_labels() + "} 0.375"));
   // Every series with CUDA-issuing threads has it, 0 included; the loader (no CUDA) has not,
   // nor the CUDA-only off-CPU families.
-  EXPECT_TRUE(HasLine(text, R"(stallwatch_gpu_starvation_ratio{cgroup="/"} 0)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_gpu_starvation_ratio{workload="/",cgroup="/"} 0)"));
   EXPECT_TRUE(samples_of(text, "stallwatch_gpu_starvation_ratio", kLoaderCgroup).empty());
   EXPECT_TRUE(samples_of(text, "stallwatch_offcpu_", kLoaderCgroup).empty());
   EXPECT_EQ(samples_of(text, "stallwatch_cgroup_info", kLoaderCgroup).size(), 1u);
@@ -487,7 +619,7 @@ TEST(ExpositionHostTest, BlockIo) {
   EXPECT_TRUE(HasLine(text, "stallwatch_block_io_duration_seconds_count{" + flushes + "} 1"));
   EXPECT_TRUE(HasLine(text, "stallwatch_block_io_bytes_total{" + flushes + "} 0"));
   // The loader's own cgroup carries its I/O, without container_id.
-  const std::string loader = "cgroup=\"" + kLoaderCgroup + R"(",device="sda",op="write")";
+  const std::string loader = "workload=\"loader.service\",cgroup=\"" + kLoaderCgroup + R"(",device="sda",op="write")";
   EXPECT_TRUE(HasLine(text, bucket(loader, "0.00048828125", 0)));
   EXPECT_TRUE(HasLine(text, bucket(loader, "0.0009765625", 1)));
   EXPECT_TRUE(HasLine(text, "stallwatch_block_io_duration_seconds_count{" + loader + "} 1"));
@@ -555,7 +687,7 @@ TEST(ExpositionHostTest, SeriesWithoutHostDataHaveNoHostSamples) {
         "stallwatch_block_io_", "stallwatch_tcp_retransmits_total", "stallwatch_nccl_op_"}) {
     EXPECT_EQ(cuda_only.find(family), std::string::npos) << family;
   }
-  EXPECT_TRUE(HasLine(cuda_only, R"(stallwatch_gpu_starvation_ratio{cgroup="/"} 0)"));
+  EXPECT_TRUE(HasLine(cuda_only, R"(stallwatch_gpu_starvation_ratio{workload="/",cgroup="/"} 0)"));
 }
 
 // promtool's path, or nullopt when it is not installed.
@@ -680,7 +812,7 @@ namespace {
 TEST(ExpositionTest, WriterMatchesPrometheusCppByteForByte) {
   for (const Snapshot& snap : {Snapshot{}, synthetic_snapshot(), host_snapshot(),
                                odd_cgroup_snapshot()}) {
-    EXPECT_EQ(render_exposition(snap, {"1.2.3", "abc"}),
+    EXPECT_EQ(render_exposition(snap, {"1.2.3", "abc"}, detailed()),
               render_text(to_families(snap, {"1.2.3", "abc"})));
   }
 }

@@ -359,6 +359,7 @@ const std::map<std::string, std::string>& samples() {
       {"listen", "127.0.0.1:9100"},
       {"web.classic-histograms", "false"},
       {"metrics.identity-labels", "pod,namespace"},
+      {"metrics.calls", "call"},
       {"metrics.histogram-ladder", "x16"},
       {"db", "/tmp/sw-env.db"},
       {"max-db", "1GiB"},
@@ -471,12 +472,25 @@ TEST(ParseRunOptionsTest, WebFlags) {
   EXPECT_FALSE(m->exposition.container);
   EXPECT_EQ(m->exposition.ladder_step, 4);
   EXPECT_FALSE(parse({"--metrics.identity-labels", "none"})->exposition.pod);
-  EXPECT_FALSE(parse({})->exposition.drops_identity());
+  // Issue #37's defaults: the Kubernetes names, no container id or cgroup path, calls by class,
+  // a bound every power of four.
+  const metrics::ExpositionOptions d = parse({})->exposition;
+  EXPECT_TRUE(d.pod && d.pod_namespace && d.container);
+  EXPECT_FALSE(d.container_id || d.cgroup || d.per_call);
+  EXPECT_EQ(d.ladder_step, 2);
+  const auto all = parse({"--metrics.identity-labels", "cgroup,container_id", "--metrics.calls",
+                          "call", "--metrics.histogram-ladder", "x2"});
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  EXPECT_TRUE(all->exposition.cgroup && all->exposition.container_id && all->exposition.per_call);
+  EXPECT_FALSE(all->exposition.pod);
+  EXPECT_EQ(all->exposition.ladder_step, 1);
+  EXPECT_EQ(parse({"--metrics.histogram-ladder", "x4"})->exposition.ladder_step, 2);
   EXPECT_EQ(error_of({"--metrics.identity-labels", "pod,uid"}),
-            "--metrics.identity-labels pod,uid: unknown label 'uid' (container_id, pod, namespace, "
-            "container, or none)");
-  EXPECT_EQ(error_of({"--metrics.histogram-ladder", "x4"}),
-            "--metrics.histogram-ladder x4: expected x2 or x16");
+            "--metrics.identity-labels pod,uid: unknown label 'uid' (pod, namespace, container, "
+            "container_id, cgroup, or none)");
+  EXPECT_EQ(error_of({"--metrics.histogram-ladder", "x8"}),
+            "--metrics.histogram-ladder x8: expected x4, x2 or x16");
+  EXPECT_EQ(error_of({"--metrics.calls", "api"}), "--metrics.calls api: expected class or call");
 }
 
 TEST(ParseRunOptionsTest, RepeatedFlagIsStillAnError) {

@@ -85,10 +85,12 @@ TEST(ProtoFormatTest, NativeHistogramFromKernelBuckets) {
   ASSERT_EQ(metrics.size(), 1u);
   const auto m = fields(metrics[0].bytes);
   const auto labels = all(m, 1);
-  ASSERT_EQ(labels.size(), 3u);  // cgroup, api, call
-  EXPECT_EQ(one(fields(labels[0].bytes), 1).bytes, "cgroup");
+  // An identity the exposition has not shaped: its key, then its cgroup path.
+  ASSERT_EQ(labels.size(), 4u);  // workload, cgroup, api, call
+  EXPECT_EQ(one(fields(labels[0].bytes), 1).bytes, "workload");
   EXPECT_EQ(one(fields(labels[0].bytes), 2).bytes, "/job");
-  EXPECT_EQ(one(fields(labels[2].bytes), 2).bytes, "cudaStreamSynchronize");
+  EXPECT_EQ(one(fields(labels[1].bytes), 1).bytes, "cgroup");
+  EXPECT_EQ(one(fields(labels[3].bytes), 2).bytes, "cudaStreamSynchronize");
   const auto h = fields(one(m, 7).bytes);
   EXPECT_EQ(one(h, 1).scalar, 10u);
   EXPECT_DOUBLE_EQ(one(h, 2).as_double(), 30.0);
