@@ -12,18 +12,19 @@ const here = dirname(fileURLToPath(import.meta.url));
 
 const DS = { type: 'prometheus', uid: '${datasource}' };
 // Label matchers every per-workload series carries under every --metrics.identity-labels
-// setting: the scrape's job and the cgroup. The Kubernetes identity (namespace, pod, container,
-// container_id) may be left off the series, so it is joined from stallwatch_cgroup_info, which
-// keeps it all: wl(v) restricts v to the selected workloads and gives it their identity labels.
-const sel = (extra = '') => `{job=~"$job", cgroup=~"$cgroup"${extra ? `, ${extra}` : ''}}`;
-const INFO = 'stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace", pod=~"$pod", cgroup=~"$cgroup"}';
-const ID = 'namespace, pod, container, container_id';
-const wl = (v) => `(${v} * on (job, instance, cgroup) group_left (${ID}) ${INFO})`;
+// setting: the scrape's job and the short workload key. The rest of the identity (namespace,
+// pod, container, and container_id and the cgroup path, which only it carries by default) is
+// joined from stallwatch_cgroup_info, which keeps it all: wl(v) restricts v to the selected
+// workloads and gives it their identity labels.
+const sel = (extra = '') => `{job=~"$job", workload=~"$workload"${extra ? `, ${extra}` : ''}}`;
+const INFO = 'stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace", pod=~"$pod", workload=~"$workload"}';
+const ID = 'namespace, pod, container, container_id, cgroup';
+const wl = (v) => `(${v} * on (job, instance, workload) group_left (${ID}) ${INFO})`;
 // Histograms as either Prometheus stores them: native (a Prometheus with native histograms
 // asks for the protobuf exposition and keeps no _bucket/_count/_sum series) or classic. Each
-// is computed per (job, instance, cgroup, by...) before any join, so no histogram sample meets
+// is computed per (job, instance, workload, by...) before any join, so no histogram sample meets
 // an arithmetic operator.
-const per = (by) => `job, instance, cgroup${by ? `, ${by}` : ''}`;
+const per = (by) => `job, instance, workload${by ? `, ${by}` : ''}`;
 const quantile = (phi, metric, by, extra = '') =>
   `(histogram_quantile(${phi}, sum by (${per(by)}) (rate(${metric}${sel(extra)}[${RI}]))) or histogram_quantile(${phi}, sum by (${per(by)}, le) (rate(${metric}_bucket${sel(extra)}[${RI}]))))`;
 const hcount = (metric, extra = '') =>
@@ -32,13 +33,8 @@ const hsum = (metric, extra = '') =>
   `(histogram_sum(rate(${metric}${sel(extra)}[${RI}])) or rate(${metric}_sum${sel(extra)}[${RI}]))`;
 // The daemon's own series (no workload labels).
 const SELF = '{job=~"$job"}';
-const SYNC_CALLS = 'cudaStreamSynchronize|cudaDeviceSynchronize|cuStreamSynchronize|cuCtxSynchronize';
-// CUDA Graph builds: one capture ends, an instantiation or an update (not the cheap BeginCapture,
-// so a capture counts once); and the launches that reuse what they built.
-const GRAPH_BUILDS = 'cudaStreamEndCapture|cudaGraphInstantiate.*|cudaGraphExecUpdate|cuStreamEndCapture|cuGraphInstantiate.*|cuGraphExecUpdate_v2';
-const GRAPH_LAUNCHES = 'cudaGraphLaunch|cuGraphLaunch';
-// Every graph-building call, the capture's begin included: what building costs.
-const GRAPH_BUILD_CALLS = `cudaStreamBeginCapture|cuStreamBeginCapture_v2|${GRAPH_BUILDS}`;
+// CUDA calls go by `class` (launch, sync, copy, memory, graph_build, nccl, other): every series
+// has it, one per call under --metrics.calls call (which adds `call`), one per class by default.
 const RI = '$__rate_interval';
 
 // ---------------------------------------------------------------- panel builders
@@ -248,10 +244,10 @@ function variables(extra = []) {
       description: 'Kubernetes pod (All also matches workloads without Kubernetes metadata)',
     }),
     queryVar(
-      'cgroup',
-      'cgroup',
-      'label_values(stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace", pod=~"$pod"}, cgroup)',
-      { description: 'cgroup v2 path of the workload (one container, a systemd unit, a Slurm step)' },
+      'workload',
+      'workload',
+      'label_values(stallwatch_cgroup_info{job=~"$job", namespace=~"$namespace", pod=~"$pod"}, workload)',
+      { description: 'The workload key: namespace/pod/container, a systemd unit, a Slurm job, or the cgroup path (one container, a unit, a Slurm step)' },
     ),
     ...extra,
   ];
@@ -307,29 +303,29 @@ function overview() {
     [[`sum by (kind, severity) (${wl(`stallwatch_chain_active${sel()}`)})`, '{{kind}} ({{severity}})']], { w: 16, stack: true, min: 0 }));
   p.push(timeseries('Chains opened per hour', 'rate(stallwatch_chains_total) by kind and the severity each chain opened with, per hour.',
     [[`3600 * sum by (kind, severity) (${wl(`rate(stallwatch_chains_total${sel()}[${RI}])`)})`, '{{kind}} ({{severity}})']], { w: 8, min: 0, unit: 'suffix: chains/h' }));
-  p.push(table('Open chains', 'One line per open chain (stallwatch_chain_active == 1): what, how bad, and which workload. `stallwatch explain --since 1h --cgroup CGROUP` on the node tells the whole story.',
+  p.push(table('Open chains', 'One line per open chain (stallwatch_chain_active == 1): what, how bad, and which workload. `stallwatch explain --since 1h --cgroup CGROUP` (the cgroup column) on the node tells the whole story.',
     [[`${wl(`stallwatch_chain_active${sel()}`)} == 1`, '']], {
       w: 16,
       organize: {
         excludeByName: { Time: true, Value: true, __name__: true, job: true },
-        indexByName: { kind: 0, severity: 1, namespace: 2, pod: 3, container: 4, cgroup: 5, container_id: 6, instance: 7 },
+        indexByName: { kind: 0, severity: 1, namespace: 2, pod: 3, container: 4, workload: 5, cgroup: 6, container_id: 7, instance: 8 },
       },
     }));
 
   p.push(row('CUDA calls'));
-  const q = (phi) => wl(quantile(phi, 'stallwatch_cuda_call_duration_seconds', 'call'));
-  p.push(timeseries('CUDA call p50 per call and workload', 'Median wall time of each traced CUDA runtime/driver/NCCL call (log2 buckets: a value is the upper bound of its power of two).',
-    [[q(0.5), '{{call}} {{namespace}}/{{pod}} {{cgroup}}']], { unit: 's' }));
-  p.push(timeseries('CUDA call p99 per call and workload', 'p99 wall time of each traced call. A sync call whose p99 climbs while the GPU counter stays flat is the host, not the GPU.',
-    [[q(0.99), '{{call}} {{namespace}}/{{pod}} {{cgroup}}']], { unit: 's' }));
+  const q = (phi) => wl(quantile(phi, 'stallwatch_cuda_call_duration_seconds', 'api, class'));
+  p.push(timeseries('CUDA call p50 per class and workload', 'Median wall time of the traced CUDA runtime/driver/NCCL calls of each class (launch, sync, copy, memory, graph_build, nccl, other; buckets every power of four by default: a value is the upper bound of its bucket).',
+    [[q(0.5), '{{api}} {{class}} {{workload}}']], { unit: 's' }));
+  p.push(timeseries('CUDA call p99 per class and workload', 'p99 wall time of each class of traced call. A sync whose p99 climbs while the GPU counter stays flat is the host, not the GPU.',
+    [[q(0.99), '{{api}} {{class}} {{workload}}']], { unit: 's' }));
 
   p.push(row('Off-CPU time of the CUDA-issuing threads'));
   p.push(timeseries('Off-CPU runnable (waiting for a CPU) per workload', 'stallwatch_offcpu_ratio{state="runnable"}: share of the CUDA-issuing threads\' time spent runnable but not running (CPU contention).',
-    [[`max by (namespace, pod, cgroup) (${wl(`stallwatch_offcpu_ratio${sel('state="runnable"')}`)})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`max by (workload) (${wl(`stallwatch_offcpu_ratio${sel('state="runnable"')}`)})`, '{{workload}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
   p.push(timeseries('Off-CPU blocked (sleeping) per workload', 'stallwatch_offcpu_ratio{state="blocked"}: share spent sleeping (I/O, locks, memory reclaim, waiting on the GPU).',
-    [[`max by (namespace, pod, cgroup) (${wl(`stallwatch_offcpu_ratio${sel('state="blocked"')}`)})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`max by (workload) (${wl(`stallwatch_offcpu_ratio${sel('state="blocked"')}`)})`, '{{workload}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
   p.push(timeseries('GPU starvation per workload', 'stallwatch_gpu_starvation_ratio: share of wall time blocked outside any CUDA call, the host making the GPU wait between steps.',
-    [[`max by (namespace, pod, cgroup) (${wl(`stallwatch_gpu_starvation_ratio${sel()}`)})`, '{{namespace}}/{{pod}} {{cgroup}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`max by (workload) (${wl(`stallwatch_gpu_starvation_ratio${sel()}`)})`, '{{workload}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
 
   p.push(row('stallwatch health (the daemons of $job)'));
   p.push(stat('Scrape targets up', 'up of the stallwatch scrape job: fewer than the node count means a node is blind.',
@@ -362,12 +358,12 @@ function overview() {
 function counterHides() {
   resetLayout();
   const p = [];
-  // DCGM series of the selected pods, restricted to the selected stallwatch workloads (cgroup).
+  // DCGM series of the selected pods, restricted to the selected stallwatch workloads.
   const dcgm = `DCGM_FI_DEV_GPU_UTIL{namespace=~"$namespace", pod=~"$pod", pod!=""}`;
   const inWorkloads = `on (namespace, pod) group_left () max by (namespace, pod) (${INFO})`;
   const util = (by) => `avg by (${by}) (${dcgm} * ${inWorkloads})`;
   // The p99 of the synchronize calls of each container, the worst container of the pod.
-  const syncP99 = (by) => `max by (${by}) (${wl(quantile(0.99, 'stallwatch_cuda_call_duration_seconds', by.includes('call') ? 'call' : '', `call=~"${SYNC_CALLS}"`))})`;
+  const syncP99 = (by) => `max by (${by}) (${wl(quantile(0.99, 'stallwatch_cuda_call_duration_seconds', by.includes('api') ? 'api' : '', 'class="sync"'))})`;
   p.push(text('How to read this dashboard', [
     '**The GPU counter says "a kernel was running", not "the job is fast".** `DCGM_FI_DEV_GPU_UTIL` counts the share of time *any* kernel was resident; a job whose CPU threads are starved still shows 90%+ while its steps take twice as long.',
     '',
@@ -412,8 +408,8 @@ function counterHides() {
     [[util('namespace, pod, Hostname, gpu, UUID'), '{{Hostname}} GPU {{gpu}}']], { unit: 'percent', w: 8, min: 0, max: 100 }));
   p.push(timeseries('Off-CPU ratio (runnable, blocked)', 'stallwatch_offcpu_ratio of the pod\'s CUDA-issuing threads by state.',
     [[`max by (namespace, pod, state) (${wl(`stallwatch_offcpu_ratio${sel('state=~"runnable|blocked"')}`)})`, '{{state}}']], { unit: 'percentunit', w: 8, min: 0, max: 1, stack: true }));
-  p.push(timeseries('Synchronize latency p99 per call', 'p99 of each synchronize call of the pod.',
-    [[syncP99('namespace, pod, call'), '{{call}}']], { unit: 's', w: 8 }));
+  p.push(timeseries('Synchronize latency p99 per api', 'p99 of the synchronize calls of the pod, runtime and driver (a runtime synchronize waits in the driver\'s under it).',
+    [[syncP99('namespace, pod, api'), '{{api}}']], { unit: 's', w: 8 }));
   return dashboard({
     uid: 'stallwatch-gpu-counter-hides',
     title: 'What the GPU counter hides',
@@ -434,7 +430,7 @@ function workload() {
       w: 12,
       organize: {
         excludeByName: { Time: true, Value: true, __name__: true, job: true },
-        indexByName: { kind: 0, severity: 1, namespace: 2, pod: 3, container: 4, cgroup: 5, container_id: 6, instance: 7 },
+        indexByName: { kind: 0, severity: 1, namespace: 2, pod: 3, container: 4, workload: 5, cgroup: 6, container_id: 7, instance: 8 },
       },
     }));
   p.push(timeseries('Chains by kind and severity', 'Open chains over time (stallwatch_chain_active), by kind and current severity.',
@@ -443,16 +439,16 @@ function workload() {
     [[`sum by (kind) (${wl(`increase(stallwatch_chains_total${sel()}[$__range])`)})`, '{{kind}}']], { w: 4, h: 8, instant: true, decimals: 0, steps: [[1, 'orange']] }));
 
   p.push(row('CUDA call latency'));
-  p.push(heatmap('Latency heatmap: $call', 'stallwatch_cuda_call_duration_seconds buckets (powers of two of seconds) of the selected workload, one heatmap per call.',
-    `sum by (le) (${wl(`increase(stallwatch_cuda_call_duration_seconds_bucket${sel('call=~"$call"')}[${RI}])`)})`, { repeat: 'call' }));
-  p.push(timeseries('p99 per call', 'p99 wall time per traced call.',
-    [[hq('stallwatch_cuda_call_duration_seconds', 'api, call', 'call=~"$call"'), '{{api}} {{call}}']], { unit: 's', w: 12 }));
-  p.push(timeseries('Calls per second', 'Traced calls per second, per call.',
-    [[`sum by (call) (${wl(hcount('stallwatch_cuda_call_duration_seconds', 'call=~"$call"'))})`, '{{call}}']], { unit: 'cps', w: 12 }));
+  p.push(heatmap('Latency heatmap: $class', 'stallwatch_cuda_call_duration_seconds buckets (powers of four of seconds by default) of the selected workload, one heatmap per class of call.',
+    `sum by (le) (${wl(`increase(stallwatch_cuda_call_duration_seconds_bucket${sel('class=~"$class"')}[${RI}])`)})`, { repeat: 'class' }));
+  p.push(timeseries('p99 per class', 'p99 wall time per class of traced call, runtime and driver apart (the calls of a class summed under --metrics.calls call too).',
+    [[hq('stallwatch_cuda_call_duration_seconds', 'api, class', 'class=~"$class"'), '{{api}} {{class}}']], { unit: 's', w: 12 }));
+  p.push(timeseries('Calls per second', 'Traced calls per second, per class.',
+    [[`sum by (api, class) (${wl(hcount('stallwatch_cuda_call_duration_seconds', 'class=~"$class"'))})`, '{{api}} {{class}}']], { unit: 'cps', w: 12 }));
 
   p.push(row('CPU: off-CPU time'));
-  p.push(timeseries('Off-CPU inside calls, per call and state', 'rate(stallwatch_cuda_call_offcpu_seconds_total): seconds per second the calling threads spent off-CPU inside each call (runnable: waiting for a CPU; blocked: sleeping).',
-    [[`sum by (call, state) (${wl(`rate(stallwatch_cuda_call_offcpu_seconds_total${sel('call=~"$call"')}[${RI}])`)})`, '{{call}} {{state}}']], { unit: 's', w: 8, stack: true }));
+  p.push(timeseries('Off-CPU inside calls, per api and state', 'rate(stallwatch_cuda_call_offcpu_seconds_total): seconds per second the calling threads spent off-CPU inside the traced calls of each api (runnable: waiting for a CPU; blocked: sleeping); per call under --metrics.calls call.',
+    [[`sum by (api, state) (${wl(`rate(stallwatch_cuda_call_offcpu_seconds_total${sel()}[${RI}])`)})`, '{{api}} {{state}}']], { unit: 's', w: 8, stack: true }));
   p.push(timeseries('Off-CPU of the CUDA-issuing threads', 'rate(stallwatch_offcpu_seconds_total) by state, in or out of calls, and the window ratio.',
     [
       [`sum by (state) (${wl(`rate(stallwatch_offcpu_seconds_total${sel()}[${RI}])`)})`, '{{state}} s/s'],
@@ -489,33 +485,33 @@ function workload() {
   p.push(timeseries('NCCL op p99 per rank', 'p99 of stallwatch_nccl_op_duration_seconds per op, rank and world size.',
     [[hq('stallwatch_nccl_op_duration_seconds', 'op, rank, world_size'), '{{op}} rank {{rank}}/{{world_size}}']], { unit: 's', w: 12 }));
   p.push(timeseries('Calls in flight (oldest open call per call)', 'stallwatch_cuda_call_inflight_seconds: how long the oldest call of each kind has been open (not returned). A line that climbs steadily is a hang; past --hang-threshold (60s) a call_hang chain opens and StallwatchCallHang pages.',
-    [[`max by (api, call) (${wl(`stallwatch_cuda_call_inflight_seconds${sel()}`)})`, '{{call}} ({{api}})']], { unit: 's', w: 24, min: 0 }));
+    [[`max by (api, class) (${wl(`stallwatch_cuda_call_inflight_seconds${sel()}`)})`, '{{api}} {{class}}']], { unit: 's', w: 24, min: 0 }));
 
   // Appended after the older rows so their panel ids (viewPanel links) stay the same.
   p.push(row('GPU memory (traced CUDA allocations)'));
   p.push(timeseries('GPU memory held, by kind', 'stallwatch_cuda_memory_live_bytes: bytes the workload\'s live processes hold from traced allocation calls, by kind (device, managed, host: pinned host memory), runtime and driver together. A caching allocator (PyTorch) holds what it reserved, not what its tensors use; the CUDA context\'s own memory is not counted. A line that climbs step after step is a leak.',
     [[`sum by (kind) (${wl(`stallwatch_cuda_memory_live_bytes${sel()}`)})`, '{{kind}}']], { unit: 'bytes', w: 8, min: 0, stack: true }));
-  p.push(timeseries('Allocated and freed per second', 'rate(stallwatch_cuda_memory_allocated_bytes_total) and rate(stallwatch_cuda_memory_freed_bytes_total) by allocating call (a free is credited to the call that allocated the memory): the two lines of a call meet in a steady state; allocation without frees is growth.',
+  p.push(timeseries('Allocated and freed per second', 'rate(stallwatch_cuda_memory_allocated_bytes_total) and rate(stallwatch_cuda_memory_freed_bytes_total) by api and kind of memory (a free is credited to the call that allocated the memory): the two lines of a kind meet in a steady state; allocation without frees is growth.',
     [
-      [`sum by (call) (${wl(`rate(stallwatch_cuda_memory_allocated_bytes_total${sel()}[${RI}])`)})`, '{{call}} allocated'],
-      [`sum by (call) (${wl(`rate(stallwatch_cuda_memory_freed_bytes_total${sel()}[${RI}])`)})`, '{{call}} freed'],
+      [`sum by (api, kind) (${wl(`rate(stallwatch_cuda_memory_allocated_bytes_total${sel()}[${RI}])`)})`, '{{api}} {{kind}} allocated'],
+      [`sum by (api, kind) (${wl(`rate(stallwatch_cuda_memory_freed_bytes_total${sel()}[${RI}])`)})`, '{{api}} {{kind}} freed'],
     ], { unit: 'Bps', w: 8, min: 0 }));
-  p.push(timeseries('Allocation failures (out of memory)', 'increase(stallwatch_cuda_memory_alloc_failures_total): allocation calls that returned out of memory, by call. Each opens a cuda_oom chain and fires StallwatchCudaAllocFailures. PyTorch frees its cached blocks and retries before it raises OutOfMemoryError: even a failure it survived cost a cache flush.',
-    [[`sum by (call) (${wl(`increase(stallwatch_cuda_memory_alloc_failures_total${sel()}[${RI}])`)})`, '{{call}}']], { w: 8, min: 0, bars: true }));
+  p.push(timeseries('Allocation failures (out of memory)', 'increase(stallwatch_cuda_memory_alloc_failures_total): allocation calls that returned out of memory, by api and kind of memory (by call under --metrics.calls call, in `stallwatch explain`). Each opens a cuda_oom chain and fires StallwatchCudaAllocFailures. PyTorch frees its cached blocks and retries before it raises OutOfMemoryError: even a failure it survived cost a cache flush.',
+    [[`sum by (api, kind) (${wl(`increase(stallwatch_cuda_memory_alloc_failures_total${sel()}[${RI}])`)})`, '{{api}} {{kind}}']], { w: 8, min: 0, bars: true }));
 
   p.push(row('CUDA Graphs: capture and instantiation'));
-  p.push(timeseries('Graph builds and launches per second', 'Captures ended (cudaStreamEndCapture, cuStreamEndCapture), instantiations (cudaGraphInstantiate*, cuGraphInstantiate*) and updates (cudaGraphExecUpdate, cuGraphExecUpdate_v2) beside graph launches (cudaGraphLaunch, cuGraphLaunch), per second. A graph pays off when it is built once and launched many times; builds that keep pace with launches are re-captures (changing shapes, a new graph per step).',
+  p.push(timeseries('Graph builds and launches per second', 'Graph-building calls (class graph_build: capture begin and end, instantiations, updates) beside launches (class launch: kernels and graphs), per second. A graph pays off when it is built once and launched many times; builds that keep pace with launches are re-captures (changing shapes, a new graph per step).',
     [
-      [`sum by (call) (${wl(hcount('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILDS}"`))})`, '{{call}}'],
-      [`sum by (call) (${wl(hcount('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_LAUNCHES}"`))})`, '{{call}} (launch)'],
+      [`sum by (api) (${wl(hcount('stallwatch_cuda_call_duration_seconds', 'class="graph_build"'))})`, '{{api}} graph builds'],
+      [`sum by (api) (${wl(hcount('stallwatch_cuda_call_duration_seconds', 'class="launch"'))})`, '{{api}} launches'],
     ], { unit: 'cps', w: 8, min: 0 }));
   p.push(timeseries('Time in graph builds and launches', 'rate(stallwatch_cuda_call_duration_seconds_sum): seconds per second the workload\'s threads spent inside the capture (begin and end), instantiate and update calls, beside the time inside graph launches.',
     [
-      [`sum by (call) (${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILD_CALLS}"`))})`, '{{call}}'],
-      [`sum by (call) (${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_LAUNCHES}"`))})`, '{{call}} (launch)'],
+      [`sum by (api) (${wl(hsum('stallwatch_cuda_call_duration_seconds', 'class="graph_build"'))})`, '{{api}} graph builds'],
+      [`sum by (api) (${wl(hsum('stallwatch_cuda_call_duration_seconds', 'class="launch"'))})`, '{{api}} launches'],
     ], { unit: 's', w: 8, min: 0 }));
   p.push(timeseries('Share of CUDA call time in graph builds', 'Time in the capture, instantiate and update calls over the time in all traced calls of the workload. The graph_recapture chain rates each process by the same share once its graphs keep being rebuilt after warm-up: low from 5 %, medium from 10 %, high from 25 %.',
-    [[`sum(${wl(hsum('stallwatch_cuda_call_duration_seconds', `call=~"${GRAPH_BUILD_CALLS}"`))}) / sum(${wl(hsum('stallwatch_cuda_call_duration_seconds'))})`, 'graph builds']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+    [[`sum(${wl(hsum('stallwatch_cuda_call_duration_seconds', 'class="graph_build"'))}) / sum(${wl(hsum('stallwatch_cuda_call_duration_seconds'))})`, 'graph builds']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
 
   p.push(row('CPU: the workload\'s own CPU limit'));
   p.push(timeseries('CPU limit', 'stallwatch_cgroup_cpu_limit_cores: the tightest CFS bandwidth limit (Kubernetes limits.cpu, systemd CPUQuota=, docker --cpus) over the workload\'s cgroup and its ancestors, in CPUs (quota / period). Only workloads with a limit have the series.',
@@ -532,8 +528,8 @@ function workload() {
     tags: ['workload'],
     panels: p,
     extraVars: [
-      queryVar('call', 'call', 'label_values(stallwatch_cuda_call_offcpu_seconds_total{job=~"$job", cgroup=~"$cgroup"}, call)', {
-        description: 'Traced CUDA / NCCL calls of the workload (one heatmap each)',
+      queryVar('class', 'class', 'label_values(stallwatch_cuda_call_duration_seconds_count{job=~"$job", workload=~"$workload"}, class)', {
+        description: 'Classes of the traced CUDA / NCCL calls of the workload (one heatmap each)',
         allValue: '.+',
       }),
     ],

@@ -154,18 +154,22 @@ test('every metric and label the dashboards use is in the exposition of the real
   }
 });
 
-// Issue #18: every documented cardinality setting leaves every dashboard query meaningful: the
-// series carry only `cgroup` of the identity (the rest comes from stallwatch_cgroup_info by a
-// join), and the panels read `_bucket` series or native ones, never a bound of the ladder.
+// Issues #18 and #37: every documented cardinality setting leaves every dashboard query
+// meaningful: the series carry the `workload` key of the identity at least (the rest comes from
+// stallwatch_cgroup_info by a join), the calls go by `class` (with `call` beside it when asked),
+// and the panels read `_bucket` series or native ones, never a bound of the ladder.
 for (const settings of [
   ['--metrics.identity-labels', 'pod,namespace', '--metrics.histogram-ladder', 'x16'],
   ['--metrics.identity-labels', 'none'],
+  ['--metrics.identity-labels', 'cgroup,container_id,pod,namespace,container', '--metrics.calls', 'call', '--metrics.histogram-ladder', 'x2'],
 ]) {
   test(`the dashboards hold under ${settings.join(' ')}`, { timeout: 120000 }, async () => {
     const exposed = await exposition(settings);
     const labels = exposed.get('stallwatch_cuda_call_duration_seconds_bucket') ?? new Set();
-    assert.ok(labels.has('cgroup') && !labels.has('container_id'), 'the setting took effect');
-    assert.equal(labels.has('pod'), settings.includes('pod,namespace'));
+    assert.ok(labels.has('workload') && labels.has('class'), 'the key and the class are always there');
+    assert.equal(labels.has('pod'), settings.includes('pod,namespace') || settings.includes('--metrics.calls'));
+    assert.equal(labels.has('container_id'), settings.includes('--metrics.calls'), 'the setting took effect');
+    assert.equal(labels.has('call'), settings.includes('--metrics.calls'));
     const problems = problemsWith(exposed, new Set());
     assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
   });

@@ -1,6 +1,6 @@
 // The dashboards parse as JSON and keep the contract every dashboard of stallwatch shares: a
 // Prometheus datasource variable that every panel and query uses, the workload variables
-// (namespace, pod, cgroup; multi-select with All) in every per-workload query, unique panel ids
+// (namespace, pod, workload; multi-select with All) in every per-workload query, unique panel ids
 // and a layout inside Grafana's 24 columns; and the JSON is what dashboards/generate.mjs writes.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -36,7 +36,7 @@ for (const f of EXPECTED) {
     assert.ok(ds, 'no $datasource variable');
     assert.equal(ds.type, 'datasource');
     assert.equal(ds.query, 'prometheus', '$datasource must list Prometheus datasources');
-    for (const name of ['namespace', 'pod', 'cgroup']) {
+    for (const name of ['namespace', 'pod', 'workload']) {
       const v = vars.get(name);
       assert.ok(v, `no $${name} variable`);
       assert.equal(v.type, 'query', `$${name}: type`);
@@ -69,16 +69,16 @@ for (const f of EXPECTED) {
     }
     // Every per-workload query follows the selected workloads under every
     // --metrics.identity-labels setting: its series are filtered on what they always carry
-    // (cgroup=~"$cgroup", never namespace or pod, which a setting may leave off) and joined to
-    // stallwatch_cgroup_info filtered on all three, which keeps every identity label. DCGM's
-    // series have no cgroup: namespace and pod, then joined to stallwatch's workloads.
-    const JOIN = 'on (job, instance, cgroup) group_left (namespace, pod, container, container_id) stallwatch_cgroup_info{';
+    // (workload=~"$workload", never namespace or pod, which a setting may leave off) and joined
+    // to stallwatch_cgroup_info filtered on all three, which keeps every identity label. DCGM's
+    // series have no workload: namespace and pod, then joined to stallwatch's workloads.
+    const JOIN = 'on (job, instance, workload) group_left (namespace, pod, container, container_id, cgroup) stallwatch_cgroup_info{';
     for (const { where, expr, kind } of expressions(d)) {
       if (kind === 'variable') continue;
       for (const name of metricNames(expr)) {
         if (NOT_PER_WORKLOAD.test(name)) continue;
         const info = name === 'stallwatch_cgroup_info';
-        const need = name.startsWith('DCGM_') ? ['namespace', 'pod'] : info ? ['namespace', 'pod', 'cgroup'] : ['cgroup'];
+        const need = name.startsWith('DCGM_') ? ['namespace', 'pod'] : info ? ['namespace', 'pod', 'workload'] : ['workload'];
         const re = new RegExp(`\\b${name}\\b(\\s*\\{[^}]*\\})?`, 'g');
         for (const m of expr.matchAll(re)) {
           for (const v of need) {
@@ -86,7 +86,7 @@ for (const f of EXPECTED) {
               `${where}: ${name} without ${v}=~"$${v}": ${expr}`);
           }
           if (info || name.startsWith('DCGM_')) continue;
-          assert.doesNotMatch(m[1] ?? '', /\b(namespace|pod|container|container_id)=/,
+          assert.doesNotMatch(m[1] ?? '', /\b(namespace|pod|container|container_id|cgroup)=/,
             `${where}: ${name} filtered on an identity label a setting may leave off: ${expr}`);
           assert.ok(expr.includes(JOIN), `${where}: ${name} is not joined to stallwatch_cgroup_info: ${expr}`);
         }

@@ -361,7 +361,11 @@ TEST(DemoListen, HoldServesTheCriticalChainUntilSigterm) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(sample.ends_with("} 1")) << "no active critical chain within 20 s:\n" << metrics;
-  EXPECT_TRUE(contains(sample, "container_id=\"116f54c41d04")) << sample;
+  // The pod's names and key at defaults (issue #37); its container id is on the info series.
+  EXPECT_TRUE(contains(sample, "workload=\"ml-training/llm-train-0/trainer\",pod=\"llm-train-0\""))
+      << sample;
+  EXPECT_FALSE(contains(sample, "container_id=")) << sample;
+  EXPECT_TRUE(contains(metrics, "container_id=\"116f54c41d04")) << metrics;
   EXPECT_TRUE(contains(metrics, "stallwatch_chains_total{")) << metrics;
 
   ASSERT_EQ(kill(pid, SIGTERM), 0);
