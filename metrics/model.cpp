@@ -590,11 +590,15 @@ void shape_families(std::vector<Family>& families, const ExpositionOptions& o,
       }
       p.workload = it->second;
     }
+  }
+  if (!o.per_call) merge_per_class(families);
+}
+
+void merge_per_class(std::vector<Family>& families) {
+  for (Family& f : families) {
     // The off-CPU time inside calls goes by api alone (2 series a state, not 7): the budget of
     // issue #37 (≤ 150 classic series for a 15-call loop) has no room for it per class.
-    if (!o.per_call && per_call_family(f.name)) {
-      merge_calls(f, f.name == "stallwatch_cuda_call_offcpu_seconds_total");
-    }
+    if (per_call_family(f.name)) merge_calls(f, f.name == "stallwatch_cuda_call_offcpu_seconds_total");
   }
 }
 

@@ -82,6 +82,11 @@ struct ExpositionOptions {
 void shape_families(std::vector<Family>& families, const ExpositionOptions& o,
                     std::deque<identity::Identity>& holder);
 
+// The points of the CUDA call families merged per class of call (what --metrics.calls class, the
+// default, exposes and pushes over OTLP): their `call` label dropped, and for the off-CPU time in
+// calls the `class` too. Points must already be re-pointed per workload (any identity copy).
+void merge_per_class(std::vector<Family>& families);
+
 // The `workload` label of each workload of the model, by cgroup path: a short key stable across
 // container restarts (identity::workload_key), or the cgroup path where two workloads of the
 // node would share one key.

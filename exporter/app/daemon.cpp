@@ -99,6 +99,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     SW_LOG(kError) << name_run_flag_source(o, push.error().message);
     return 2;
   }
+  push->per_call = o.exposition.per_call;
 
   auto kube_settings = identity::resolve_kube_settings(
       o.kube_api, o.kube_node,

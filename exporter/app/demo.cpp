@@ -179,6 +179,7 @@ int demo_main(const std::vector<std::string>& args) {
     std::cerr << "stallwatch demo: " << push.error().message << "\n";
     return 2;
   }
+  push->per_call = opts.exposition.per_call;
   // "none", as for run: keep nothing (the report still needs a store: a temporary one).
   const bool discard = db == "none";
   if (db.empty() || discard) {

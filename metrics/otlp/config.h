@@ -59,6 +59,7 @@ struct PushConfig {
   HistogramFormat histogram = HistogramFormat::kExplicit;
   std::chrono::nanoseconds interval = std::chrono::seconds(15);
   ResourceSettings resource;
+  bool per_call = false;  // --metrics.calls call: one series per CUDA call, not per class
 };
 
 using Getenv = std::function<const char*(const char*)>;

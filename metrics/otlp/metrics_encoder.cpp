@@ -183,7 +183,10 @@ std::vector<Payload> MetricsEncoder::encode(const Snapshot& snap, const metrics:
     std::vector<std::string> points;
   };
   std::map<size_t, std::vector<Group>> by_resource;  // resource → groups in family order
-  const std::vector<Family> families = metrics::build_model(snap, build);
+  std::vector<Family> families = metrics::build_model(snap, build);
+  // The same series as /metrics at its defaults (issue #37): a Datadog custom metric per class
+  // of call and workload, not per call.
+  if (!options_.per_call) metrics::merge_per_class(families);
   for (size_t fi = 0; fi < families.size(); ++fi) {
     const Family& f = families[fi];
     for (const Point& p : f.points) {

@@ -28,6 +28,7 @@ struct MetricsEncoderOptions {
   std::string version;            // the scope's version
   std::uint64_t start_ns = 0;     // unix time the daemon started: cumulative start time
   size_t max_request_bytes = kMaxRequestBytes;
+  bool per_call = false;  // CUDA call points per call (true) or merged per class (the default)
 };
 
 class MetricsEncoder {

@@ -26,6 +26,7 @@ MetricsEncoderOptions encoder_options(const PushConfig& c, const metrics::BuildI
   o.resource = c.resource;
   o.version = build.version;
   o.start_ns = start_ns;
+  o.per_call = c.per_call;
   return o;
 }
 

@@ -16,26 +16,37 @@ function elapsed(t0) {
   return `${((Date.now() - t0) / 1000).toFixed(1)} s`;
 }
 
-test('a critical cpu_contention chain pages PagerDuty with its kind and workload', async (t) => {
+// At the defaults, and under the lean setting a fleet may choose (issue #37): the series carry
+// only the workload key and the pages still name the pod and the cgroup, from the info series.
+for (const settings of [[], ['--metrics.identity-labels', 'none', '--metrics.histogram-ladder', 'x16']]) {
+test(`a critical cpu_contention chain pages PagerDuty with its kind and workload${settings.length ? ` (${settings.join(' ')})` : ''}`, async (t) => {
   const t0 = Date.now();
   let demo = null;
   let stack = null;
   try {
-    demo = await startDemo({ scenario: 'incident', args: DEMO_ARGS });
+    demo = await startDemo({ scenario: 'incident', args: [...DEMO_ARGS, ...settings] });
     stack = await startStack({ targets: [`127.0.0.1:${demo.port}`], routingKey: ROUTING_KEY });
     t.diagnostic(`stack ready after ${elapsed(t0)}`);
 
     // The chain as the daemon serves it: the workload labels the page must carry.
+    // Its identity is the workload's info series (the chain's own series carries the key, and
+    // the Kubernetes names unless a setting leaves them off).
+    let info = null;
     const chain = await waitFor(
       async () => {
         const { families } = await scrape(demo.url);
         const fam = families.get('stallwatch_chain_active');
-        return fam?.samples.find((s) => s.labels.severity === 'critical' && s.value > 0);
+        const c = fam?.samples.find((s) => s.labels.severity === 'critical' && s.value > 0);
+        info = families.get('stallwatch_cgroup_info')?.samples.find((s) => s.labels.workload === c?.labels.workload);
+        return info && c;
       },
       { timeoutMs: 40000, intervalMs: 250, what: 'a critical chain in the demo /metrics' },
     );
     assert.equal(chain.labels.kind, 'cpu_contention');
-    t.diagnostic(`chain open in /metrics after ${elapsed(t0)}: cgroup ${chain.labels.cgroup}`);
+    assert.equal(chain.labels.cgroup, undefined, 'the cgroup path is on the info series only');
+    assert.equal(chain.labels.container_id, undefined, 'the container id is on the info series only');
+    assert.equal(chain.labels.pod, settings.length ? undefined : info.labels.pod);
+    t.diagnostic(`chain open in /metrics after ${elapsed(t0)}: workload ${chain.labels.workload}, cgroup ${info.labels.cgroup}`);
 
     // Prometheus: pending, then firing after the rule's `for`.
     const firing = await waitFor(
@@ -55,10 +66,11 @@ test('a critical cpu_contention chain pages PagerDuty with its kind and workload
     assert.equal(labels.severity, 'critical');
     assert.equal(labels.chain_severity, 'critical');
     assert.equal(labels.kind, 'cpu_contention');
-    assert.equal(labels.cgroup, chain.labels.cgroup);
+    assert.equal(labels.workload, chain.labels.workload);
+    assert.equal(labels.cgroup, info.labels.cgroup);
     assert.equal(labels.job, 'stallwatch');
     for (const k of ['container_id', 'pod', 'namespace', 'container'])
-      assert.equal(labels[k], chain.labels[k], `label ${k} flows from the chain into the alert`);
+      assert.equal(labels[k], info.labels[k], `label ${k} flows from the info series into the alert`);
 
     // Alertmanager -> the PagerDuty stand-in: an Events v2 trigger.
     const event = await waitFor(
@@ -81,11 +93,11 @@ test('a critical cpu_contention chain pages PagerDuty with its kind and workload
     assert.equal(details.kind, 'cpu_contention');
     assert.equal(details.severity, 'critical');
     assert.equal(details.num_firing, '1');
-    assert.equal(details.cgroup, chain.labels.cgroup);
-    assert.equal(details.container_id, chain.labels.container_id ?? '');
-    assert.equal(details.pod, chain.labels.pod ?? '');
-    assert.equal(details.namespace, chain.labels.namespace ?? '');
-    assert.equal(details.explain, `stallwatch explain --since 1h --cgroup ${chain.labels.cgroup}`);
+    assert.equal(details.cgroup, info.labels.cgroup);
+    assert.equal(details.container_id, info.labels.container_id ?? '');
+    assert.equal(details.pod, info.labels.pod ?? '');
+    assert.equal(details.namespace, info.labels.namespace ?? '');
+    assert.equal(details.explain, `stallwatch explain --since 1h --cgroup ${info.labels.cgroup}`);
     assert.match(details.description, /cpu_contention chain\(s\) open at severity critical/);
     assert.match(details.description, /runnable but off-CPU \d+% of the last window/);
     assert.equal(
@@ -105,6 +117,7 @@ test('a critical cpu_contention chain pages PagerDuty with its kind and workload
     t.diagnostic(`total ${elapsed(t0)}`);
   }
 });
+}
 
 test('a healthy GPU-bound job pages nobody', async (t) => {
   const t0 = Date.now();

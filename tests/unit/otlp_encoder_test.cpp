@@ -140,10 +140,28 @@ MetricsEncoderOptions options(Temporality t, HistogramFormat h = HistogramFormat
   o.resource.attributes = {{"host.name", "gpu-node-7"}, {"service.name", "stallwatch"}};
   o.version = "9.9.9";
   o.start_ns = kStart;
+  o.per_call = true;  // these tests read points by call; the default is per class (below)
   return o;
 }
 
 const metrics::BuildInfo kBuild{"9.9.9", "abc"};
+
+// The default (issue #37): the CUDA call points of a workload merged per class of call, as on
+// /metrics, so a backend that bills per series (Datadog custom metrics) counts classes, not
+// calls; the workload stays the resource.
+TEST(OtlpMetricsTest, DefaultsMergeCallsPerClass) {
+  MetricsEncoderOptions o = options(Temporality::kCumulative);
+  o.per_call = false;
+  MetricsEncoder enc(o);
+  const auto points = flatten(enc.encode(snapshot(1, 100, 3 * kS), kBuild));
+  auto sync = select(points, "stallwatch.cuda.call.duration", {{"class", "sync"}});
+  ASSERT_EQ(sync.size(), 1u);
+  EXPECT_EQ(attribute(sync[0].point, 9, "call"), "<absent>");
+  EXPECT_EQ(attribute(sync[0].point, 9, "api"), "runtime");
+  EXPECT_EQ(one(sync[0].point, 4).scalar, 150u);
+  EXPECT_EQ(attribute(sync[0].resource, 1, "stallwatch.cgroup"), kPod);
+  EXPECT_TRUE(select(points, "stallwatch.cuda.call.duration", {{"call", "cudaStreamSynchronize"}}).empty());
+}
 
 // GPU memory (issue #20): byte counters and the live gauge with the OTel unit "By".
 TEST(OtlpMetricsTest, GpuMemoryInBytes) {

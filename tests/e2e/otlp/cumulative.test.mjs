@@ -69,9 +69,10 @@ test(
 
     await t.test('resources: the workload per cgroup, the host without one', () => {
       const families = pair.scrape.families;
+      // The cgroup paths of the workloads in /metrics: on their info series (issue #37).
       const cgroups = new Set(
         families
-          .get('stallwatch_cuda_call_duration_seconds')
+          .get('stallwatch_cgroup_info')
           .samples.map((s) => s.labels.cgroup)
           .filter(Boolean),
       );

@@ -2,7 +2,8 @@
 // `stallwatch demo incident --listen --hold`. The one with --enable-feature=native-histograms
 // asks for the protobuf exposition and stores native histograms (schema 0, the kernel's own
 // buckets); the other asks for text and stores the classic `_bucket` series. The p99 of
-// cudaStreamSynchronize per cgroup from each agrees within one power-of-two bucket; every
+// synchronize calls per workload from each agrees within one bucket of the classic ladder (powers
+// of four by default: two powers of two); every
 // dashboard query and recording rule (both servers load alerts/stallwatch.rules.yml) finds data
 // on the native server wherever it does on the classic one. The classic server also scrapes a
 // second demo run with `--metrics.identity-labels none` (job `lean`): every dashboard query,
@@ -148,12 +149,12 @@ async function compareEveryTarget(targets, compare, what) {
   return found;
 }
 
-test('native and classic p99 agree within one bucket', { timeout: 120000 }, async () => {
+test('native and classic p99 agree within one classic bucket', { timeout: 120000 }, async () => {
   const { native, classic } = await servers();
 
-  const sel = 'call="cudaStreamSynchronize"';
-  const nativeQ = `histogram_quantile(0.99, sum by (cgroup) (rate(stallwatch_cuda_call_duration_seconds{job="stallwatch", ${sel}}[1m])))`;
-  const classicQ = `histogram_quantile(0.99, sum by (cgroup, le) (rate(stallwatch_cuda_call_duration_seconds_bucket{job="stallwatch", ${sel}}[1m])))`;
+  const sel = 'class="sync", api="runtime"';
+  const nativeQ = `histogram_quantile(0.99, sum by (workload) (rate(stallwatch_cuda_call_duration_seconds{job="stallwatch", ${sel}}[1m])))`;
+  const classicQ = `histogram_quantile(0.99, sum by (workload, le) (rate(stallwatch_cuda_call_duration_seconds_bucket{job="stallwatch", ${sel}}[1m])))`;
   let n = [], c = [];
   await waitFor(async () => {
     n = await query(native, nativeQ);
@@ -168,13 +169,13 @@ test('native and classic p99 agree within one bucket', { timeout: 120000 }, asyn
   assert.equal((await query(classic, `stallwatch_cuda_call_duration_seconds{${sel}}`)).length, 0);
   assert.ok((await query(classic, `stallwatch_cuda_call_duration_seconds_bucket{${sel}}`)).length > 0);
 
-  const byCgroup = (r) => Object.fromEntries(r.map((s) => [s.metric.cgroup, Number(s.value[1])]));
+  const byCgroup = (r) => Object.fromEntries(r.map((s) => [s.metric.workload, Number(s.value[1])]));
   const nv = byCgroup(n), cv = byCgroup(c);
   assert.deepEqual(Object.keys(nv).sort(), Object.keys(cv).sort());
   for (const cg of Object.keys(nv)) {
     const diff = Math.abs(Math.log2(nv[cg]) - Math.log2(cv[cg]));
     console.log(`p99 ${cg.slice(-40)}: native ${nv[cg]} s, classic ${cv[cg]} s (${diff.toFixed(2)} buckets apart)`);
-    assert.ok(diff <= 1, `${cg}: native ${nv[cg]} vs classic ${cv[cg]}`);
+    assert.ok(diff <= 2, `${cg}: native ${nv[cg]} vs classic ${cv[cg]}`);
   }
   // The counters and gauges came through the protobuf form too.
   assert.ok((await query(native, 'stallwatch_build_info')).length === 1);
