@@ -36,7 +36,11 @@ std::string_view histogram_format_name(HistogramFormat h) {
 }
 
 metrics::LabelPairs workload_attributes(const identity::Identity& id) {
-  metrics::LabelPairs a{{"stallwatch.cgroup", id.cgroup}};
+  // The `workload` label of /metrics (issue #37), then the whole identity: a resource is sent
+  // once per request, so nothing here is repeated per point.
+  metrics::LabelPairs a{
+      {"stallwatch.workload", id.workload.empty() ? identity::workload_key(id) : id.workload},
+      {"stallwatch.cgroup", id.cgroup}};
   for (const auto& [key, value] : {std::pair{"container.id", &id.container_id},
                                    std::pair{"k8s.pod.uid", &id.pod_uid},
                                    std::pair{"k8s.pod.name", &id.pod},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 
 #include "trace/histogram.h"
@@ -167,13 +168,24 @@ std::vector<Payload> MetricsEncoder::encode(const Snapshot& snap, const metrics:
   // (it was not there then), or at the daemon's start.
   const std::uint64_t fresh_start = last_time_ns_ ? last_time_ns_ : options_.start_ns;
 
-  // Resources: 0 is the daemon's own; then one per workload, in snapshot order.
+  std::vector<Family> families = metrics::build_model(snap, build);
+  // The same series as /metrics at its defaults (issue #37): a Datadog custom metric per class
+  // of call and workload, not per call.
+  if (!options_.per_call) metrics::merge_per_class(families);
+  // Resources: 0 is the daemon's own; then one per workload, in snapshot order, carrying the
+  // workload key /metrics gives it.
+  const auto keys = metrics::workload_keys(families);
+  std::deque<identity::Identity> keyed;
   std::vector<std::string> resources{encode_resource(options_.resource, nullptr)};
   std::map<std::string, size_t> resource_of;
   auto resource_index = [&](const identity::Identity* id) -> size_t {
     if (!id) return 0;
     auto [it, added] = resource_of.emplace(id->cgroup, resources.size());
-    if (added) resources.push_back(encode_resource(options_.resource, id));
+    if (added) {
+      identity::Identity& copy = keyed.emplace_back(*id);
+      if (auto k = keys.find(id->cgroup); k != keys.end()) copy.workload = k->second;
+      resources.push_back(encode_resource(options_.resource, &copy));
+    }
     return it->second;
   };
   for (const auto& [label, s] : snap.series) resource_index(&s.identity);
@@ -183,10 +195,6 @@ std::vector<Payload> MetricsEncoder::encode(const Snapshot& snap, const metrics:
     std::vector<std::string> points;
   };
   std::map<size_t, std::vector<Group>> by_resource;  // resource → groups in family order
-  std::vector<Family> families = metrics::build_model(snap, build);
-  // The same series as /metrics at its defaults (issue #37): a Datadog custom metric per class
-  // of call and workload, not per call.
-  if (!options_.per_call) metrics::merge_per_class(families);
   for (size_t fi = 0; fi < families.size(); ++fi) {
     const Family& f = families[fi];
     for (const Point& p : f.points) {

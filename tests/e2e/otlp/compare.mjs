@@ -1,9 +1,11 @@
 // What the OTLP tests compare: Prometheus series <-> OTLP points under the issue's data model,
 // histograms re-binned both ways, and the invariants every push must keep.
 //
-// Model (issue): resource = the workload (`cgroup` label -> stallwatch.cgroup, `container_id` ->
-// container.id, `pod` / `namespace` / `container` -> k8s.pod.name / k8s.namespace.name /
-// k8s.container.name), the other non-empty labels -> data point attributes with the same keys.
+// Model (issue): resource = the workload (`workload` label -> stallwatch.workload, `cgroup` ->
+// stallwatch.cgroup, `container_id` -> container.id, `pod` / `namespace` / `container` ->
+// k8s.pod.name / k8s.namespace.name / k8s.container.name), the other non-empty labels -> data
+// point attributes with the same keys. Series are matched by the workload key (issue #37: every
+// series has it; the cgroup path only on stallwatch_cgroup_info by default).
 import assert from 'node:assert/strict';
 import {
   metricPoints,
@@ -24,7 +26,7 @@ const RESOURCE_ATTRIBUTES = {
   namespace: 'k8s.namespace.name',
   container: 'k8s.container.name',
 };
-const RESOURCE_LABELS = new Set(['cgroup', ...Object.keys(RESOURCE_ATTRIBUTES)]);
+const RESOURCE_LABELS = new Set(['workload', 'cgroup', ...Object.keys(RESOURCE_ATTRIBUTES)]);
 
 // A Prometheus sample's labels -> { resource (identity part), attrs } in the OTLP model.
 export function promLabelsToOtlp(labels) {
@@ -34,21 +36,21 @@ export function promLabelsToOtlp(labels) {
     attrs[k] = v;
   }
   const resource = {};
-  if (labels.cgroup !== undefined && labels.cgroup !== '')
-    resource['stallwatch.cgroup'] = labels.cgroup;
+  if (labels.workload !== undefined && labels.workload !== '')
+    resource['stallwatch.workload'] = labels.workload;
   return { resource, attrs };
 }
 
-// Series key that ignores resource attributes other than stallwatch.cgroup (host.name,
-// service.*, container.id, k8s.* are checked separately).
+// Series key that ignores resource attributes other than stallwatch.workload (host.name,
+// service.*, stallwatch.cgroup, container.id, k8s.* are checked separately).
 export function promKey(otlpMetricName, labels) {
   const { resource, attrs } = promLabelsToOtlp(labels);
   return seriesKey(otlpMetricName, resource, attrs);
 }
 export function otlpKey(p) {
   const r = {};
-  if (p.resource['stallwatch.cgroup'] !== undefined)
-    r['stallwatch.cgroup'] = p.resource['stallwatch.cgroup'];
+  if (p.resource['stallwatch.workload'] !== undefined)
+    r['stallwatch.workload'] = p.resource['stallwatch.workload'];
   return seriesKey(p.metric.name, r, p.attrs);
 }
 

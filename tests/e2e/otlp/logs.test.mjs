@@ -55,10 +55,12 @@ function checkRecords({ receiver, demo, records: rs, metrics }, { kind, severiti
   assert.ok(rs.length > 0);
   const ids = new Set(rs.map((x) => x.attrs['stallwatch.chain.id']));
   assert.equal(ids.size, 1, `one chain, saw ids ${[...ids]}`);
+  // The chain's workload in /metrics, by its key (issue #37: the cgroup path is on the info
+  // series only).
   const cgroups = new Set(
     (metrics.families.get('stallwatch_chains_total')?.samples ?? [])
       .filter((s) => s.labels.kind === kind)
-      .map((s) => s.labels.cgroup),
+      .map((s) => s.labels.workload),
   );
   for (const { record, attrs: a, resource, request } of rs) {
     const what = `${a['stallwatch.chain.state']} record of ${kind}`;
@@ -86,8 +88,8 @@ function checkRecords({ receiver, demo, records: rs, metrics }, { kind, severiti
     );
     assert.ok(BigInt(record.timeUnixNano ?? 0) > 0n, `${what}: time_unix_nano set`);
     assert.ok(
-      cgroups.has(resource['stallwatch.cgroup']),
-      `${what}: resource stallwatch.cgroup ${resource['stallwatch.cgroup']} is the chain's cgroup in /metrics (${[...cgroups]})`,
+      cgroups.has(resource['stallwatch.workload']),
+      `${what}: resource stallwatch.workload ${resource['stallwatch.workload']} is the chain's workload in /metrics (${[...cgroups]})`,
     );
     assert.equal(request.headers['content-encoding'], 'gzip');
   }

@@ -208,9 +208,13 @@ export async function startSession(
   const receiver = await new OtlpReceiver(receiverOpts).start();
   let demo;
   try {
+    // OTLP's explicit histograms carry every power of two; /metrics' classic ladder is every
+    // second one by default (issue #37): the tests compare them bucket by bucket, so /metrics
+    // here has the OTLP ladder.
+    const list = typeof args === 'string' ? args.trim().split(/\s+/) : args;
     demo = await startDemo({
       ...demoOpts,
-      args: (typeof args === 'string' ? args.trim().split(/\s+/) : args).map((a) =>
+      args: [...list, '--metrics.histogram-ladder', 'x2'].map((a) =>
         a === '{receiver}' ? receiver.url : a,
       ),
       env: typeof env === 'function' ? env(receiver) : env,
