@@ -359,6 +359,22 @@ TEST(SeriesBudget, FifteenCallTrainingLoopAtDefaults) {
   EXPECT_EQ(before.first, 15u * 30u + 15u * 2u + 4u * 3u + 4u + 4u + 1u + 1u);
 }
 
+// Two workloads of one key (a unit and a cgroup below it) go by their cgroup paths; a third
+// keeps its short key.
+TEST(SeriesBudget, WorkloadsSharingAKeyGoByTheirPaths) {
+  Snapshot snap;
+  for (const std::string cg : {"/system.slice/train.service", "/system.slice/train.service/worker",
+                               "/system.slice/fluent-bit.service"}) {
+    Series& s = snap.series[cg];
+    s.identity = identity::parse_cgroup_path(cg);
+    s.offcpu.runnable_ns = 1;
+  }
+  const std::string text = render_exposition(snap, {"1.2.3", "abc"});
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{workload="/system.slice/train.service",state="runnable"} 1e-09)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{workload="/system.slice/train.service/worker",state="runnable"} 1e-09)"));
+  EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{workload="fluent-bit.service",state="runnable"} 1e-09)"));
+}
+
 // An 8-GPU node with one such workload per GPU (the README's "What a node costs"): the bytes of
 // one scrape, text and gzip'd, at the defaults and as before.
 TEST(SeriesBudget, EightGpuNode) {

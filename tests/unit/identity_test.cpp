@@ -312,5 +312,30 @@ TEST(CgroupResolver, MissingMountResolvesNothing) {
   EXPECT_EQ(resolver.cached(), 0u);
 }
 
+// The `workload` key of issue #37, one case per rule of cgroup_identity.h.
+TEST(WorkloadKey, OneRulePerKindOfWorkload) {
+  const std::string pod_path = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
+                               kUidUnderscores + ".slice/cri-containerd-" + kId + ".scope";
+  Identity named = parse_cgroup_path(pod_path);
+  named.pod = "llm-train-0";
+  named.pod_namespace = "ml";
+  named.container = "trainer";
+  EXPECT_EQ(workload_key(named), "ml/llm-train-0/trainer");
+  named.container.clear();  // the pod's names known, not the container's
+  EXPECT_EQ(workload_key(named), "ml/llm-train-0");
+  EXPECT_EQ(workload_key(parse_cgroup_path(pod_path)),
+            "pod/1a2b3c4d-5e6f-7a8b-9c0d-112233445566/0123456789ab");
+  EXPECT_EQ(workload_key(parse_cgroup_path("/system.slice/docker-" + kId + ".scope")),
+            "docker/0123456789ab");
+  EXPECT_EQ(workload_key(parse_cgroup_path("/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0")),
+            "slurm/job_1234/step_0");
+  EXPECT_EQ(workload_key(parse_cgroup_path("/system.slice/fluent-bit.service")), "fluent-bit.service");
+  EXPECT_EQ(workload_key(parse_cgroup_path("/user.slice/user-1000.slice/session-3.scope")),
+            "session-3.scope");
+  EXPECT_EQ(workload_key(parse_cgroup_path("/")), "/");
+  EXPECT_EQ(workload_key(parse_cgroup_path("/sw-test/a b")), "/sw-test/a b");
+  EXPECT_EQ(workload_key(Identity{}), "/");
+}
+
 }  // namespace
 }  // namespace stallwatch::identity
