@@ -1,6 +1,6 @@
 // The live half of `stallwatch check`: reads /sys, /proc and the library directories, runs the
-// checks in order (kernel, btf, capabilities, tp_btf, uprobes, tracefs, cgroup, memlock,
-// cuda_libraries) and renders the report as text or JSON.
+// checks in order (kernel, btf, capabilities, tp_btf, uprobes, uprobe_multi, the BPF features,
+// tracefs, cgroup, host hooks, memlock, ...) and renders the report as text or JSON.
 #include "cli/check.h"
 
 #include <bpf/btf.h>
@@ -144,6 +144,85 @@ CheckItem uprobe_multi_check() {
           "attached when a process maps them, and calls in the first tens of ms after its dlopen "
           "are not seen (--library-dirs or --attach-on-disk=true attach them at start)",
           ""};
+}
+
+// The kernel features the BPF programs use beyond tp_btf and uprobes (issue #38 item 2), one
+// line each, probed on the running kernel by loading a minimal map or program (libbpf's probes)
+// rather than guessed from its version, which distribution backports make meaningless. What
+// the host gets with each, and what it loses without it: the first three carry every call, so
+// their absence fails; the task iterator and bpf_loop cost one kind of evidence each.
+std::vector<CheckItem> bpf_feature_checks() {
+  struct Feature {
+    const char* name;
+    bool required;
+    const char* since;  // the mainline release that added it
+    const char* gives;  // what it is for, in the ok line
+    const char* loses;  // what the host loses without it
+  };
+  static constexpr Feature kFeatures[] = {
+      {"ringbuf", true, "5.8", "ring buffers carry slow calls and library mappings to the daemon",
+       "no slow call or library mapping reaches the daemon"},
+      {"task_storage", true, "5.11", "per-thread call state in task storage",
+       "the call timer cannot keep per-thread state"},
+      {"attach_cookie", true, "5.15", "each uprobe names its call by its attach cookie",
+       "the probes cannot tell the calls apart"},
+      {"task_iter", false, "5.8",
+       "task iterators fold off-CPU time and find calls in flight every window",
+       "no calls in flight (call_hang, stallwatch_cuda_call_inflight_seconds) and no off-CPU "
+       "time of threads that sleep through a window"},
+      {"bpf_loop", false, "5.17", "bpf_loop walks the Python frames of slow calls",
+       "no Python frames in call sites (native frames only)"},
+  };
+  const libbpf_print_fn_t previous = libbpf_set_print(quiet_libbpf);
+  btf* vmlinux = btf__load_vmlinux_btf();
+  libbpf_set_print(previous);
+  const bool have_btf = !libbpf_get_error(vmlinux);
+  // libbpf's probes load a map or a program: without CAP_BPF (or CAP_SYS_ADMIN) the kernel
+  // refuses, and a refused helper probe even reads as "there". Not probed then, and said so.
+  __user_cap_header_struct header{};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
+  const std::uint64_t effective =
+      syscall(SYS_capget, &header, caps) == 0
+          ? caps[0].effective | (static_cast<std::uint64_t>(caps[1].effective) << 32)
+          : 0;
+  const bool can_load = (effective >> 39 & 1) || (effective >> CAP_SYS_ADMIN & 1);  // CAP_BPF: 39
+  std::vector<CheckItem> out;
+  for (const Feature& f : kFeatures) {
+    const std::string_view name = f.name;
+    int r = 0;  // 1: there, 0: not, < 0: could not tell (-errno)
+    if (name != "task_iter" && !can_load) {
+      r = -EPERM;
+    } else if (name == "ringbuf") {
+      r = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, nullptr);
+    } else if (name == "task_storage") {
+      r = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_TASK_STORAGE, nullptr);
+    } else if (name == "attach_cookie") {
+      r = libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_get_attach_cookie, nullptr);
+    } else if (name == "bpf_loop") {
+      r = libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr);
+    } else if (name == "task_iter") {
+      // An iterator's context type is in vmlinux BTF exactly where the kernel has the target.
+      r = !have_btf ? -ENOENT
+                    : btf__find_by_name_kind(vmlinux, "bpf_iter__task", BTF_KIND_STRUCT) >= 0;
+    }
+    const std::string since = std::string("Linux >= ") + f.since;
+    if (r > 0) {
+      out.push_back({f.name, Status::kOk, f.gives, ""});
+    } else if (r == 0) {
+      out.push_back({f.name, f.required ? Status::kFail : Status::kWarn,
+                     std::string("not on this kernel (") + since + "): " + f.loses,
+                     f.required ? "boot a kernel with it (" + since + ")" : ""});
+    } else {
+      out.push_back({f.name, Status::kWarn,
+                     r == -EPERM ? std::string("not probed: probing loads a map or a program, which "
+                                               "needs CAP_BPF")
+                                 : std::string("could not probe: ") + std::strerror(-r),
+                     r == -EPERM ? "run check as root" : ""});
+    }
+  }
+  if (have_btf) btf__free(vmlinux);
+  return out;
 }
 
 // The host-side evidence (memory, block I/O, TCP) needs these tracepoints and PSI; each missing
@@ -411,6 +490,7 @@ CheckReport run_checks(const std::string& db) {
   auto preflight = run_preflight_checks();
   r.items.insert(r.items.end(), preflight.begin(), preflight.begin() + 4);  // btf .. uprobes
   r.items.push_back(uprobe_multi_check());
+  for (CheckItem& f : bpf_feature_checks()) r.items.push_back(std::move(f));
   r.items.push_back(tracefs_check());
   r.items.push_back(preflight[4]);  // cgroup
   r.items.push_back(host_hooks_check());

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "support/harness.h"
@@ -209,6 +210,17 @@ TEST(Cli, WithoutCapabilitiesRunNamesThemAndCheckFails) {
   auto c = run(drop + kBin + " check");
   EXPECT_EQ(c.status, 1);
   EXPECT_NE(c.output.find("tracing: NOT possible"), std::string::npos) << c.output;
+  // Without CAP_BPF the kernel features cannot be probed: said so, never guessed.
+  for (const std::string feature : {"ringbuf", "task_storage", "attach_cookie", "bpf_loop"}) {
+    std::istringstream lines(c.output);
+    bool said = false;
+    for (std::string l; std::getline(lines, l);) {
+      said |= l.starts_with("warn " + feature + " ") &&
+              l.find("not probed: probing loads a map or a program, which needs CAP_BPF") !=
+                  std::string::npos;
+    }
+    EXPECT_TRUE(said) << feature << ": " << c.output;
+  }
 }
 
 // check reports the store run would use, and what run will do with it; a store it cannot
@@ -239,6 +251,13 @@ TEST(Cli, CheckPassesHereAndJsonSaysSo) {
   auto r = run(kBin + " check --json");
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(r.output.rfind("{\"ok\":true,\"checks\":[{\"name\":\"kernel\"", 0), 0u) << r.output;
+  // Issue #38: each kernel feature the programs use, probed by loading; this kernel (>= 6.6)
+  // has them all.
+  for (const char* feature : {"ringbuf", "task_storage", "attach_cookie", "task_iter", "bpf_loop"}) {
+    EXPECT_NE(r.output.find(std::string("{\"name\":\"") + feature + "\",\"status\":\"ok\""),
+              std::string::npos)
+        << feature << ": " << r.output;
+  }
 }
 
 }  // namespace
