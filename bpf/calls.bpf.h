@@ -14,10 +14,14 @@
 #ifdef SW_DEFINE_SHARED_MAPS
 const volatile __u64 outlier_threshold_ns = 1000000;
 const volatile bool capture_stacks = true; /* --stacks */
+/* The kernel has bpf_loop (5.17+), which the Python walk needs: off, the walk is dead code the
+ * verifier never visits, so the programs still load (tracer.cpp probes it). */
+const volatile bool python_frames = true;
 __u64 never_used_slots; /* call_slots from here on were never handed out */
 #else
 extern const volatile __u64 outlier_threshold_ns;
 extern const volatile bool capture_stacks;
+extern const volatile bool python_frames;
 extern __u64 never_used_slots;
 #endif
 
@@ -291,7 +295,8 @@ static __always_inline struct call_stats *sw_record_call(struct pt_regs *ctx,
 		e->stack_id = bpf_get_stackid(ctx, &user_stacks, BPF_F_USER_STACK);
 		if (e->stack_id < 0)
 			sw_count_lost(SW_LOST_STACK);
-		sw_py_walk(e);
+		if (python_frames)
+			sw_py_walk(e);
 	}
 	bpf_ringbuf_submit(e, 0);
 	return s;

@@ -158,6 +158,13 @@ Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, 
   configure_uprobe_multi(t->skel_, multi);
   t->skel_->rodata->outlier_threshold_ns = static_cast<__u64>(options.outlier_threshold.count());
   t->skel_->rodata->capture_stacks = options.stacks;
+  // The Python frame walk runs under bpf_loop (Linux 5.17): a kernel without it gets the
+  // programs without the walk (native frames only) rather than no programs (issue #38).
+  if (options.stacks && libbpf_probe_bpf_helper(BPF_PROG_TYPE_KPROBE, BPF_FUNC_loop, nullptr) == 0) {
+    t->skel_->rodata->python_frames = false;
+    SW_LOG(kWarn) << "this kernel has no bpf_loop (Linux < 5.17): call sites get native frames "
+                     "only, no Python frames";
+  }
   // Host hooks whose tracepoint this kernel lacks are not loaded (their measure is missing,
   // the rest works); probing BTF rather than comparing kernel versions.
   btf* vmlinux = btf__load_vmlinux_btf();
