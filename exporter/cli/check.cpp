@@ -149,8 +149,9 @@ CheckItem uprobe_multi_check() {
 // The kernel features the BPF programs use beyond tp_btf and uprobes (issue #38 item 2), one
 // line each, probed on the running kernel by loading a minimal map or program (libbpf's probes)
 // rather than guessed from its version, which distribution backports make meaningless. What
-// the host gets with each, and what it loses without it: the first three carry every call, so
-// their absence fails; the task iterator and bpf_loop cost one kind of evidence each.
+// the host gets with each, and what it loses without it: the ring buffer, task storage, attach
+// cookies and the task iterator carry every call and window, so their absence fails; without
+// bpf_loop only the Python frames are lost (tracer.cpp loads the programs without the walk).
 std::vector<CheckItem> bpf_feature_checks() {
   struct Feature {
     const char* name;
@@ -166,10 +167,9 @@ std::vector<CheckItem> bpf_feature_checks() {
        "the call timer cannot keep per-thread state"},
       {"attach_cookie", true, "5.15", "each uprobe names its call by its attach cookie",
        "the probes cannot tell the calls apart"},
-      {"task_iter", false, "5.8",
+      {"task_iter", true, "5.8",
        "task iterators fold off-CPU time and find calls in flight every window",
-       "no calls in flight (call_hang, stallwatch_cuda_call_inflight_seconds) and no off-CPU "
-       "time of threads that sleep through a window"},
+       "the daemon cannot fold the threads' off-CPU time each window"},
       {"bpf_loop", false, "5.17", "bpf_loop walks the Python frames of slow calls",
        "no Python frames in call sites (native frames only)"},
   };
