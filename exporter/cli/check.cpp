@@ -23,6 +23,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -82,18 +83,23 @@ CheckItem btf_check() {
   return {"btf", Status::kOk, detail, ""};
 }
 
-CheckItem capabilities_check() {
+// This process's effective capability set; nullopt (errno set) when capget fails.
+std::optional<std::uint64_t> effective_capabilities() {
   __user_cap_header_struct header{};
   header.version = _LINUX_CAPABILITY_VERSION_3;
   header.pid = 0;
   __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
-  if (syscall(SYS_capget, &header, data) != 0) {
+  if (syscall(SYS_capget, &header, data) != 0) return std::nullopt;
+  return data[0].effective | (static_cast<std::uint64_t>(data[1].effective) << 32);
+}
+
+CheckItem capabilities_check() {
+  const auto effective = effective_capabilities();
+  if (!effective) {
     return {"capabilities", Status::kFail, std::string("capget: ") + std::strerror(errno),
             "run as root"};
   }
-  const std::uint64_t effective =
-      data[0].effective | (static_cast<std::uint64_t>(data[1].effective) << 32);
-  return capabilities_item(effective);
+  return capabilities_item(*effective);
 }
 
 int quiet_libbpf(libbpf_print_level, const char*, va_list) { return 0; }
@@ -179,13 +185,7 @@ std::vector<CheckItem> bpf_feature_checks() {
   const bool have_btf = !libbpf_get_error(vmlinux);
   // libbpf's probes load a map or a program: without CAP_BPF (or CAP_SYS_ADMIN) the kernel
   // refuses, and a refused helper probe even reads as "there". Not probed then, and said so.
-  __user_cap_header_struct header{};
-  header.version = _LINUX_CAPABILITY_VERSION_3;
-  __user_cap_data_struct caps[_LINUX_CAPABILITY_U32S_3] = {};
-  const std::uint64_t effective =
-      syscall(SYS_capget, &header, caps) == 0
-          ? caps[0].effective | (static_cast<std::uint64_t>(caps[1].effective) << 32)
-          : 0;
+  const std::uint64_t effective = effective_capabilities().value_or(0);
   const bool can_load = (effective >> 39 & 1) || (effective >> CAP_SYS_ADMIN & 1);  // CAP_BPF: 39
   std::vector<CheckItem> out;
   for (const Feature& f : kFeatures) {
