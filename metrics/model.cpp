@@ -367,6 +367,104 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
          MetricKind::kGauge, "1", 1, {{"version", build.version}, {"revision", build.revision}});
 }
 
+// The GPUs' own state (host/gpu_monitor.h): per GPU (label `gpu`, NVML's index), and which
+// GPUs each workload uses. Nothing without NVML; the Xid counter also without it.
+void add_gpu_families(const Snapshot& snap, std::vector<Family>& out) {
+  const host::GpuSnapshot& g = snap.gpu;
+  auto info = family("stallwatch_gpu_info",
+                     "A GPU NVML reports (value 1): its UUID, PCI bus id and name.",
+                     MetricKind::kGauge, "1");
+  auto clock = family("stallwatch_gpu_sm_clock_hertz", "The GPU's SM clock at the last sample.",
+                      MetricKind::kGauge, "Hz");
+  auto clock_max = family("stallwatch_gpu_sm_clock_max_hertz",
+                          "The GPU's maximum SM clock.", MetricKind::kGauge, "Hz");
+  auto held = family("stallwatch_gpu_clock_held_seconds_total",
+                     "Time the GPU's SM clock was held down by any reason but idle (sampled).",
+                     MetricKind::kCounter, "s");
+  auto reasons = family("stallwatch_gpu_clock_throttle_seconds_total",
+                        "Time each clocks event (throttle) reason was active on the GPU "
+                        "(sampled; several may be active at once).",
+                        MetricKind::kCounter, "s");
+  auto temp = family("stallwatch_gpu_temperature_celsius", "The GPU's temperature.",
+                     MetricKind::kGauge, "Cel");
+  auto power = family("stallwatch_gpu_power_watts", "The GPU's power draw.", MetricKind::kGauge,
+                      "W");
+  auto limit = family("stallwatch_gpu_power_limit_watts", "The GPU's enforced power limit.",
+                      MetricKind::kGauge, "W");
+  auto xids = family("stallwatch_gpu_xid_errors_total",
+                     "Xid errors the NVIDIA driver logged since the daemon started, by GPU "
+                     "(\"\" when its address matches no GPU NVML knows), PCI bus id and code.",
+                     MetricKind::kCounter, "{error}");
+  auto uses = family("stallwatch_workload_gpu_info",
+                     "A GPU a workload's CUDA processes use now (value 1), by NVML index.",
+                     MetricKind::kGauge, "1");
+  for (const auto& t : g.gpus) {
+    const std::string idx = std::to_string(t.last.index);
+    info.points.push_back(point(nullptr,
+                                {{"gpu", idx},
+                                 {"uuid", t.last.uuid},
+                                 {"pci_bus_id", t.last.bus_id},
+                                 {"name", t.last.name}},
+                                1));
+    if (t.last.clocks_known) {
+      clock.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.sm_clock_mhz * 1e6));
+      clock_max.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.sm_clock_max_mhz * 1e6));
+    }
+    if (t.last.reasons_known) {
+      held.points.push_back(point(nullptr, {{"gpu", idx}}, seconds(t.held_ns)));
+      for (size_t k = 0; k < host::kClockReasons.size(); ++k) {
+        reasons.points.push_back(point(
+            nullptr, {{"gpu", idx}, {"reason", std::string(host::kClockReasons[k].name)}},
+            seconds(t.reason_ns[k])));
+      }
+    }
+    temp.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.temperature_c));
+    if (t.last.power_known) {
+      power.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.power_w));
+      limit.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.power_limit_w));
+    }
+  }
+  for (const auto& x : g.xid_counts) {
+    xids.points.push_back(point(nullptr,
+                                {{"gpu", x.gpu >= 0 ? std::to_string(x.gpu) : std::string()},
+                                 {"pci_bus_id", x.pci},
+                                 {"xid", std::to_string(x.code)}},
+                                count(x.count)));
+  }
+  for (const auto& [label, s] : snap.series) {
+    std::vector<unsigned> used;
+    for (const auto& [pid, pi] : s.process_info) {
+      auto it = g.process_gpus.find(pid);
+      if (it == g.process_gpus.end()) continue;
+      for (unsigned i : it->second) {
+        if (std::find(used.begin(), used.end(), i) == used.end()) used.push_back(i);
+      }
+    }
+    std::sort(used.begin(), used.end());
+    for (unsigned i : used) uses.points.push_back(point(&s.identity, {{"gpu", std::to_string(i)}}, 1));
+  }
+  keep_nonempty({&info, &clock, &clock_max, &held, &reasons, &temp, &power, &limit, &xids, &uses},
+                out);
+  if (g.nvml || g.kmsg) {
+    auto failures = family("stallwatch_gpu_sample_failures_total",
+                           "GPU readings NVML refused (reason=error) and windows whose readings "
+                           "were stale because a pass did not return (reason=stale).",
+                           MetricKind::kCounter, "{sample}");
+    failures.points.push_back(point(nullptr, {{"reason", "error"}}, count(g.sample_failures)));
+    failures.points.push_back(point(nullptr, {{"reason", "stale"}}, count(g.stale_windows)));
+    out.push_back(std::move(failures));
+  }
+  if (g.kmsg) {
+    auto lost = family("stallwatch_gpu_xid_lost_total",
+                       "Xid lines not kept: over the rate bound (reason=rate), or overwritten in "
+                       "the kernel's ring before they were read (reason=overrun: any record).",
+                       MetricKind::kCounter, "{line}");
+    lost.points.push_back(point(nullptr, {{"reason", "rate"}}, count(g.xid_dropped)));
+    lost.points.push_back(point(nullptr, {{"reason", "overrun"}}, count(g.kmsg_overrun)));
+    out.push_back(std::move(lost));
+  }
+}
+
 void add_chain_families(const Snapshot& snap, std::vector<Family>& out) {
   auto total = family("stallwatch_chains_total",
                       "Causal chains opened, by kind and the severity they opened with.",
@@ -617,6 +715,7 @@ std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build) {
   add_call_families(snap, out);
   add_memory_families(snap, out);
   add_host_families(snap, out);
+  add_gpu_families(snap, out);
   add_daemon_families(snap, build, out);
   add_chain_families(snap, out);
   add_store_families(snap.store, out);

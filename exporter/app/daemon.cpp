@@ -33,6 +33,7 @@
 #include "trace/sources.h"
 #include "trace/discovery.h"
 #include "trace/python.h"
+#include "host/gpu_monitor.h"
 #include "host/host_sampler.h"
 #include "host/self_stats.h"
 #include "trace/tracer.h"
@@ -260,11 +261,27 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   app::Pipeline pipeline(popts, board, db);
   pipeline.set_store(db, keeper != nullptr);
   host::HostSampler host(fs);
+  host::GpuMonitorOptions gopts;
+  gopts.nvml = o.gpu_monitor;
+  gopts.xid = o.gpu_monitor;
+  gopts.nvml_library = o.nvml_library;
+  gopts.interval = std::chrono::duration_cast<std::chrono::milliseconds>(o.gpu_sample_interval);
+  gopts.stale_after = std::max(std::chrono::milliseconds(3000), 4 * gopts.interval);
+  host::GpuMonitor gpus(gopts, fs);
+  gpus.start();
   std::set<std::string> announced;  // open chains already logged
   auto window = [&] {
     if (keeper) pipeline.set_store(keeper->get(), true);  // reopened when due (store_keeper.h)
     auto snap = collector.collect(o.window, counts());
     snap->self = host::read_self_stats();
+    snap->gpu = gpus.snapshot();
+    if (!snap->gpu.gpus.empty()) {
+      std::vector<int> pids;
+      for (const auto& [label, s] : snap->series) {
+        for (const auto& [pid, info] : s.process_info) pids.push_back(pid);
+      }
+      gpus.map_processes(snap->gpu, pids);
+    }
     chains::OutlierWindow drained = outliers.drain();
     const auto naming = std::chrono::steady_clock::now();
     sites.resolve(drained);

@@ -30,6 +30,8 @@ enum class Kind : std::uint8_t {
   kCallHang,
   kGraphRecapture,
   kCudaOom,
+  kGpuThrottle,
+  kGpuXid,
 };
 
 enum class Severity : std::uint8_t { kLow, kMedium, kHigh, kCritical };
@@ -69,6 +71,8 @@ std::unique_ptr<Rule> make_network_retransmit_rule();
 std::unique_ptr<Rule> make_nccl_straggler_rule();
 std::unique_ptr<Rule> make_graph_recapture_rule();
 std::unique_ptr<Rule> make_cuda_oom_rule();
+std::unique_ptr<Rule> make_gpu_throttle_rule();
+std::unique_ptr<Rule> make_gpu_xid_rule();
 
 struct KindInfo {
   Kind kind;
@@ -80,7 +84,7 @@ struct KindInfo {
 };
 
 // Rows in Kind order (kind_info relies on it).
-inline constexpr std::array<KindInfo, 14> kKinds = {{
+inline constexpr std::array<KindInfo, 16> kKinds = {{
     {Kind::kCpuContention,
      "cpu_contention",
      "cpu_contention",
@@ -160,6 +164,18 @@ inline constexpr std::array<KindInfo, 14> kKinds = {{
      "(always high: an allocation returned out of memory)",
      {0, 0, kNever},
      make_cuda_oom_rule},
+    {Kind::kGpuThrottle,
+     "gpu_throttle",
+     "gpu_throttle",
+     "the slowed call's time / its baseline (one step up for a hardware reason)",
+     {1.25, 2, kNever},
+     make_gpu_throttle_rule},
+    {Kind::kGpuXid,
+     "gpu_xid",
+     "gpu_xid",
+     "what the Xid asks for: 1 unknown or check, 2 the application, 3 a GPU reset or drain",
+     {1, 2, 3},
+     make_gpu_xid_rule},
 }};
 inline constexpr int kKindCount = static_cast<int>(kKinds.size());
 

@@ -107,6 +107,44 @@ std::optional<WindowContext::Throttle> WindowContext::throttle(const ProcessWind
   return Throttle{&l, explained};
 }
 
+std::vector<const GpuWindow*> WindowContext::gpus_of(const ProcessWindow& p) const {
+  std::vector<const GpuWindow*> out;
+  auto it = view.process_gpus.find(p.pid);
+  if (it == view.process_gpus.end()) return out;
+  for (unsigned index : it->second) {
+    for (const auto& g : view.gpus) {
+      if (g.last.index == index) out.push_back(&g);
+    }
+  }
+  return out;
+}
+
+const GpuWindow* WindowContext::held_gpu(const ProcessWindow& p, double min_share) const {
+  const GpuWindow* best = nullptr;
+  for (const GpuWindow* g : gpus_of(p)) {
+    if (4 * g->sampled_ns < static_cast<std::uint64_t>(view.window_ns)) continue;
+    if (g->held_share() < min_share) continue;
+    if (!best || g->held_share() > best->held_share()) best = g;
+  }
+  return best;
+}
+
+std::vector<const host::XidEvent*> WindowContext::xids_of(int pid,
+                                                          std::int64_t since_unix_ns) const {
+  std::vector<const host::XidEvent*> out;
+  const auto it = view.process_gpus.find(pid);
+  for (const auto& x : since_unix_ns < 0 ? view.new_xids : snap.gpu.xids) {
+    if (x.unix_ns < since_unix_ns) continue;
+    const bool mine =
+        (x.pid != 0 && x.pid == pid) ||
+        (x.gpu >= 0 && it != view.process_gpus.end() &&
+         std::find(it->second.begin(), it->second.end(), static_cast<unsigned>(x.gpu)) !=
+             it->second.end());
+    if (mine) out.push_back(&x);
+  }
+  return out;
+}
+
 std::vector<const ProcessWindow*> WindowContext::cuda_processes(const std::string& cgroup) const {
   std::vector<const ProcessWindow*> out;
   for (const auto& p : view.processes) {

@@ -107,6 +107,16 @@ struct WindowContext {
     double explained = 0;
   };
   std::optional<Throttle> throttle(const ProcessWindow& p) const;
+  // The GPUs the process used this window (NVML's compute processes or its open /dev/nvidiaN,
+  // host/gpu_monitor.h), as the window saw them; empty without NVML or a mapping.
+  std::vector<const GpuWindow*> gpus_of(const ProcessWindow& p) const;
+  // Of those, the one whose SM clock was held down the largest share of the window, at least
+  // `min_share` of it with samples over at least a quarter of it; null when none.
+  const GpuWindow* held_gpu(const ProcessWindow& p, double min_share) const;
+  // Xid errors on a GPU the process uses, or naming its PID, oldest first: those read this
+  // window (`since_unix_ns` < 0), else those logged at or after it (of the monitor's latest
+  // host::kMaxXidKept).
+  std::vector<const host::XidEvent*> xids_of(int pid, std::int64_t since_unix_ns) const;
   // The series' CUDA processes this window, most CUDA time first.
   std::vector<const ProcessWindow*> cuda_processes(const std::string& cgroup) const;
 };

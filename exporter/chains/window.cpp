@@ -137,6 +137,39 @@ void set_window_ratios(Snapshot& snap, const WindowView& view) {
   }
 }
 
+namespace {
+
+// The GPUs' window: each GPU's cumulative totals less the previous snapshot's (by index; a GPU
+// that was not there before counts from zero), and the Xid errors read since.
+void gpu_window(const Snapshot* previous, const Snapshot& current, WindowView& v) {
+  const host::GpuSnapshot& now = current.gpu;
+  v.process_gpus = now.process_gpus;
+  const std::uint64_t last_seq = previous && !previous->gpu.xids.empty()
+                                     ? previous->gpu.xids.back().seq
+                                     : 0;
+  for (const auto& x : now.xids) {
+    if (x.seq > last_seq) v.new_xids.push_back(x);
+  }
+  if (now.stale) return;
+  for (size_t i = 0; i < now.gpus.size(); ++i) {
+    const host::GpuTotals& t = now.gpus[i];
+    const host::GpuTotals* b =
+        previous && i < previous->gpu.gpus.size() ? &previous->gpu.gpus[i] : nullptr;
+    GpuWindow w;
+    w.last = t.last;
+    w.sampled_ns = counter_delta(t.sampled_ns, b ? b->sampled_ns : 0);
+    w.held_ns = counter_delta(t.held_ns, b ? b->held_ns : 0);
+    for (size_t k = 0; k < w.reason_ns.size(); ++k) {
+      w.reason_ns[k] = counter_delta(t.reason_ns[k], b ? b->reason_ns[k] : 0);
+    }
+    const double clock_ns = t.held_clock_mhz_ns - (b ? b->held_clock_mhz_ns : 0);
+    if (w.held_ns > 0 && clock_ns > 0) w.held_clock_mhz = clock_ns / static_cast<double>(w.held_ns);
+    v.gpus.push_back(std::move(w));
+  }
+}
+
+}  // namespace
+
 WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
   WindowView v;
   v.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -248,6 +281,7 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       v.processes.push_back(std::move(p));
     }
   }
+  gpu_window(previous, current, v);
   return v;
 }
 

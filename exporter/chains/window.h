@@ -69,11 +69,28 @@ struct SeriesWindow {
   IoTotals io_total() const;  // all devices and ops merged
 };
 
+// One GPU in the window (host/gpu_monitor.h): the time its SM clock was held down, by reason.
+struct GpuWindow {
+  host::GpuReading last;         // its latest reading
+  std::uint64_t sampled_ns = 0;  // time the window's samples cover
+  std::uint64_t held_ns = 0;     // of which with the SM clock held down
+  std::array<std::uint64_t, host::kClockReasons.size()> reason_ns{};  // kClockReasons order
+  double held_clock_mhz = 0;     // the mean SM clock while held; 0 when never held
+  double held_share() const {
+    return sampled_ns ? static_cast<double>(held_ns) / static_cast<double>(sampled_ns) : 0;
+  }
+};
+
 struct WindowView {
   std::int64_t end_ns = 0;     // unix time the window ended
   std::int64_t window_ns = 0;  // its length
   std::vector<ProcessWindow> processes;  // by (cgroup, pid); only processes active this window
   std::map<std::string, SeriesWindow> series;  // by cgroup label; every series of the snapshot
+  // The GPUs (by NVML index; empty without NVML, or while its readings are stale), the Xid
+  // errors logged this window, and which GPUs each CUDA process uses.
+  std::vector<GpuWindow> gpus;
+  std::vector<host::XidEvent> new_xids;
+  std::map<int, std::vector<unsigned>> process_gpus;
 };
 
 // `previous` may be null (the first window: everything cumulative counts as this window,

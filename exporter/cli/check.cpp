@@ -31,6 +31,7 @@
 #include "common/json.h"
 #include "common/size.h"
 #include "common/strings.h"
+#include "host/nvml.h"
 #include "identity/kube_metadata.h"
 #include "metrics/otlp/config.h"
 #include "store/report.h"
@@ -381,6 +382,60 @@ CheckItem cgroup_check() {
   return cgroup_item(classify_cgroup(mountinfo));
 }
 
+// NVML, as `run` loads it (STALLWATCH_NVML_LIBRARY is --nvml-library): the GPUs and what each
+// reads now. Never a failure: without NVML the GPU chains are off and the rest works.
+CheckItem nvml_check() {
+  const char* lib = std::getenv("STALLWATCH_NVML_LIBRARY");
+  auto n = host::Nvml::open(lib ? lib : "");
+  if (!n) {
+    return {"nvml", Status::kWarn, n.error().message,
+            "install the NVIDIA driver, or point --nvml-library (STALLWATCH_NVML_LIBRARY) at "
+            "its libnvidia-ml.so.1"};
+  }
+  const std::vector<host::GpuReading> gpus = (*n)->read();
+  std::string d = (*n)->path() + " (driver " +
+                  ((*n)->driver().empty() ? std::string("unknown") : (*n)->driver()) + "): " +
+                  std::to_string(gpus.size()) + " GPU" + (gpus.size() == 1 ? "" : "s");
+  bool failed = false;
+  for (const auto& g : gpus) {
+    d += "; " + std::to_string(g.index) + ": " + (g.name.empty() ? "?" : g.name);
+    if (!g.bus_id.empty()) d += " at " + g.bus_id;
+    if (g.clocks_known) {
+      d += ", SM " + std::to_string(g.sm_clock_mhz) + "/" + std::to_string(g.sm_clock_max_mhz) +
+           " MHz";
+    }
+    if (g.reasons_known) {
+      const std::string r = host::reason_names(g.reasons);
+      d += r.empty() ? ", no clock reason" : ", " + r;
+    }
+    if (!g.error.empty()) {
+      d += " (" + g.error + ")";
+      failed = true;
+    }
+  }
+  if (!(*n)->missing().empty()) {
+    d += "; lacks";
+    for (const auto& m : (*n)->missing()) d += " " + m;
+  }
+  return {"nvml", failed || !(*n)->missing().empty() ? Status::kWarn : Status::kOk, d,
+          failed ? "a GPU NVML cannot read gets no gpu_throttle chain: check it with nvidia-smi"
+                 : ""};
+}
+
+// /dev/kmsg, where the daemon reads Xid errors.
+CheckItem kmsg_check() {
+  const int fd = ::open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return {"xid", Status::kWarn,
+            std::string("cannot read /dev/kmsg (") + std::strerror(errno) +
+                "): Xid errors are not seen, no gpu_xid chains",
+            "run as root (CAP_SYSLOG); in a container, mount /dev/kmsg"};
+  }
+  ::close(fd);
+  return {"xid", Status::kOk, "/dev/kmsg readable: Xid errors are followed as they are logged",
+          ""};
+}
+
 CheckItem memlock_check() {
   struct rlimit rl;
   if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) {
@@ -498,6 +553,8 @@ CheckReport run_checks(const std::string& db) {
   r.items.push_back(otlp_check());
   r.items.push_back(kubernetes_check());
   r.items.push_back(store_check(db));
+  r.items.push_back(nvml_check());
+  r.items.push_back(kmsg_check());
   r.items.push_back(cuda_libraries_check(r.libraries));
   std::map<int, std::string> cuda_processes;
   for (const CudaLibrary& lib : r.libraries) {

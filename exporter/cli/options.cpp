@@ -90,6 +90,14 @@ po::options_description run_options_description() {
      "$NODE_NAME, else the hostname)")
     ("kube-refresh", po::value<std::string>(), "list the node's pods this often (default 60s; a "
      "new pod is looked up at once, at most every 5s)")
+    ("gpu-monitor", po::value<std::string>(), "on (default): read each GPU's clocks, throttle "
+     "reasons, temperature, power and processes through NVML, and Xid errors from /dev/kmsg, for "
+     "the gpu_throttle and gpu_xid chains; off: neither")
+    ("nvml-library", po::value<std::string>(), "the NVML library to load (default "
+     "libnvidia-ml.so.1 as the dynamic loader finds it); absent, GPU readings are off and the "
+     "daemon goes on")
+    ("gpu-sample-interval", po::value<std::string>(), "how often NVML is read (50ms to 10s, "
+     "default 250ms)")
     ("path.procfs", po::value<std::string>(), "the host's procfs mount point (default /proc; "
      "e.g. /host/proc in a container)")
     ("path.sysfs", po::value<std::string>(), "the host's sysfs mount point (default /sys)");
@@ -143,6 +151,7 @@ constexpr DurationRange kDurationRanges[] = {
     {"window", milliseconds(100), hours(1)},
     {"outlier-threshold", microseconds(10), hours(1)},
     {"hang-threshold", seconds(1), hours(24)},
+    {"gpu-sample-interval", milliseconds(50), seconds(10)},
     {"rescan-interval", seconds(1), hours(24)},
     {"retention", minutes(1), hours(24 * 3650)},
     {"detach-linger", seconds(0), hours(24)},
@@ -373,6 +382,14 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
   auto hang = duration_flag(flags, "hang-threshold", o.hang_threshold);
   if (!hang) return hang.error();
   o.hang_threshold = *hang;
+  if (auto r = switch_flag(flags, "gpu-monitor", "on", "off", o.gpu_monitor); !r) return r.error();
+  if (const std::string* v = text_flag(flags, "nvml-library", &source)) {
+    if (v->empty()) return make_error(source + ": expected the path of libnvidia-ml.so.1");
+    o.nvml_library = *v;
+  }
+  auto gpu_interval = duration_flag(flags, "gpu-sample-interval", o.gpu_sample_interval);
+  if (!gpu_interval) return gpu_interval.error();
+  o.gpu_sample_interval = *gpu_interval;
   auto rescan = duration_flag(flags, "rescan-interval", o.rescan_interval);
   if (!rescan) return rescan.error();
   o.rescan_interval = *rescan;

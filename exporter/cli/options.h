@@ -50,6 +50,9 @@ struct RunOptions {
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL
   std::string kube_node;  // --kube-node: "" = $NODE_NAME, else the hostname
   std::chrono::nanoseconds kube_refresh = std::chrono::seconds(60);  // --kube-refresh
+  bool gpu_monitor = true;       // --gpu-monitor: NVML readings and Xid errors
+  std::string nvml_library;      // --nvml-library: "" as the dynamic loader finds it
+  std::chrono::nanoseconds gpu_sample_interval = std::chrono::milliseconds(250);
   std::string procfs = "/proc";  // --path.procfs: the host's procfs (a container mounts it elsewhere)
   std::string sysfs = "/sys";    // --path.sysfs
   // --otlp-* from the command line and STALLWATCH_OTLP_*, and those of the config file, which

@@ -64,5 +64,7 @@ Scenario nccl_hang();
 // scenarios_gpu.cpp
 Scenario cuda_oom();
 Scenario graph_recapture();
+Scenario gpu_throttle();
+Scenario gpu_xid();
 
 }  // namespace stallwatch::demo::kit

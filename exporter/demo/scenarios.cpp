@@ -300,7 +300,7 @@ std::vector<std::string> scenario_names() {
   return {"incident",        "cpu-contention", "cold-start",         "memcpy-bottleneck",
           "periodic-spike",  "gpu-steal",      "memory-pressure",    "io-stall",
           "network-retransmit", "nccl-straggler", "nccl-hang", "cpu-steal", "cpu-throttle",
-          "cuda-oom", "graph-recapture", "healthy"};
+          "cuda-oom", "graph-recapture", "gpu-throttle", "gpu-xid", "healthy"};
 }
 
 std::optional<Scenario> make_scenario(const std::string& name) {
@@ -319,6 +319,8 @@ std::optional<Scenario> make_scenario(const std::string& name) {
   if (name == "cpu-throttle") return cpu_throttle();
   if (name == "cuda-oom") return kit::cuda_oom();
   if (name == "graph-recapture") return kit::graph_recapture();
+  if (name == "gpu-throttle") return kit::gpu_throttle();
+  if (name == "gpu-xid") return kit::gpu_xid();
   if (name == "healthy") return healthy();
   return std::nullopt;
 }

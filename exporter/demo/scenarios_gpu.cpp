@@ -1,12 +1,126 @@
-// The GPU memory and CUDA Graph scenarios of issue #20: an allocation that runs out of memory,
-// and CUDA graphs re-recorded for every new input shape. Each opens exactly one chain.
+// The GPU memory and CUDA Graph scenarios of issue #20 (an allocation that runs out of memory,
+// CUDA graphs re-recorded for every new input shape) and the GPU's own faults of issue #39 (a
+// clock held down by its power cap, an Xid error). Each opens the chains its `expect` says.
 #include "demo/scenario_kit.h"
 
 namespace stallwatch::demo::kit {
 
 namespace {
 constexpr std::uint64_t kGiB = 1ULL << 30;
+
+// An H100 as NVML reads it: SM clock `mhz` of 1980, `reasons` (nvmlClocksEventReason bits).
+host::GpuReading h100(unsigned index, unsigned mhz, std::uint64_t reasons, unsigned temp,
+                      double watts, std::vector<int> pids) {
+  host::GpuReading g;
+  g.index = index;
+  g.minor = index;
+  g.minor_known = true;
+  g.uuid = "GPU-5f3c9e1a-7b2d-4c8e-9a6f-0d1e2f3a4b5" + std::to_string(index);
+  g.name = "NVIDIA H100 80GB HBM3";
+  g.bus_id = "00000000:" + std::string(index == 0 ? "3B" : "5C") + ":00.0";
+  g.sm_clock_mhz = mhz;
+  g.sm_clock_max_mhz = 1980;
+  g.clocks_known = true;
+  g.reasons = reasons;
+  g.reasons_known = true;
+  g.temperature_c = temp;
+  g.power_w = watts;
+  g.power_limit_w = reasons & 0x4 ? watts : 700;
+  g.power_known = true;
+  g.pids = std::move(pids);
+  g.pids_known = true;
+  return g;
+}
+
+// A GPU-bound loop: each step waits `sync_ns` for the GPU, asleep.
+Train gpu_bound(std::uint64_t sync_ns) {
+  Train t = calm();
+  t.sync_ns = sync_ns;
+  t.sync_tail_ns = sync_ns * 3 / 2;
+  t.sync_tail_share = 0.05;
+  t.sync_blocked = 0.9;
+  t.thread_blocked = 0.5;
+  return t;
+}
 }  // namespace
+
+Scenario gpu_throttle() {
+  Scenario s{"gpu-throttle",
+             "an operator lowers GPU 0's power limit to 400 W: its SM clock drops to 1.2 GHz",
+             "a MEDIUM gpu_throttle chain naming GPU 0, sw_power_cap and the clock lost; none for "
+             "GPU 1, whose job waits on its CPU side",
+             {},
+             1};
+  const int trainer = 3100, other = 3101;
+  auto step = [=](SyntheticHost& h, std::int64_t now, std::int64_t w, bool capped) {
+    if (!h.has_process(trainer)) {
+      h.add_process(kTrainPod, trainer, "python3", now - 3600000000000LL);
+      h.add_process(kOtherPod, other, "python3", now - 3600000000000LL);
+    }
+    // GPU work at 1,200 MHz instead of 1,980 takes 1.65x as long: ~85% of the window capped.
+    train(h, trainer, w, gpu_bound(capped ? 7700000 : 5000000));
+    h.gpu(h100(0, capped ? 1200 : 1980, capped ? 0x4 : 0x0, capped ? 71 : 66,
+               capped ? 400 : 560, {trainer}),
+          capped ? 0.85 : 0, w);
+    // GPU 1 runs hot and is held by its thermal slowdown too, but its job is CPU-bound: its
+    // syncs do not slow, and no chain names the GPU.
+    train(h, other, w, calm());
+    h.gpu(h100(1, capped ? 1500 : 1980, capped ? 0x20 : 0x0, capped ? 88 : 80, 300, {other}),
+          capped ? 0.6 : 0, w);
+  };
+  s.phases.push_back({"python3 trains on GPU 0 (syncs wait ~5 ms for the GPU at 1,980 MHz); "
+                      "another job runs on GPU 1",
+                      5, [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+                        step(h, now, w, false);
+                      }});
+  s.phases.push_back({"nvidia-smi -i 0 -pl 400: GPU 0 runs at its power cap, 1,200 MHz; GPU 1 "
+                      "heats up and slows, but its job does not wait on it",
+                      6, [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+                        step(h, now, w, true);
+                      }});
+  s.phases.push_back({"the power limit is restored to 700 W", 4,
+                      [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+                        step(h, now, w, false);
+                      }});
+  return s;
+}
+
+Scenario gpu_xid() {
+  Scenario s{"gpu-xid",
+             "GPU 0 falls off the bus (Xid 79) under a training job; its synchronize never returns",
+             "a CRITICAL gpu_xid chain at once, then a CRITICAL call_hang chain that names Xid 79 "
+             "(the demo's hang threshold is 5s)",
+             {},
+             1};
+  const int pid = 3200;
+  auto since = std::make_shared<std::int64_t>(0);
+  s.phases.push_back({"python3 trains on GPU 0; syncs wait ~5 ms for the GPU", 4,
+                      [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+                        if (!h.has_process(pid)) {
+                          h.add_process(kTrainPod, pid, "python3", now - 3600000000000LL);
+                        }
+                        train(h, pid, w, gpu_bound(5000000));
+                        h.gpu(h100(0, 1980, 0, 66, 560, {pid}), 0, w);
+                      }});
+  s.phases.push_back(
+      {"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus; cudaStreamSynchronize "
+       "waits forever, asleep",
+       8, [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+         if (*since == 0) {
+           *since = now - w;
+           h.xid(0, 79, "pid=3200, name=python3, GPU has fallen off the bus.", now - w / 2, pid);
+         }
+         h.offcpu(pid, 0, static_cast<std::uint64_t>(w), 0, 0);
+         h.gpu(h100(0, 1980, 0, 66, 0, {pid}), 0, w);
+         InflightCall c;
+         c.tid = pid;
+         c.thread = "python3";
+         c.age_ns = static_cast<std::uint64_t>(now - *since);
+         c.blocked_ns = c.age_ns * 99 / 100;
+         h.inflight(pid, "cudaStreamSynchronize", c);
+       }});
+  return s;
+}
 
 Scenario cuda_oom() {
   Scenario s{"cuda-oom",

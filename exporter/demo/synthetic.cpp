@@ -293,6 +293,51 @@ void SyntheticHost::cpu_limit(const std::string& cgroup_in, double cores, std::u
   l.throttled_ns += throttled_ns;
 }
 
+void SyntheticHost::gpu(const host::GpuReading& reading, double held_share,
+                        std::int64_t window_ns) {
+  if (gpus_.gpus.size() <= reading.index) gpus_.gpus.resize(reading.index + 1);
+  gpus_.nvml = true;
+  host::GpuTotals& t = gpus_.gpus[reading.index];
+  t.last = reading;
+  const auto w = static_cast<std::uint64_t>(window_ns);
+  const auto held = static_cast<std::uint64_t>(held_share * static_cast<double>(w));
+  t.sampled_ns += w;
+  t.samples += static_cast<std::uint64_t>(window_ns / 250000000);
+  if (host::held_reasons(reading.reasons) != 0) {
+    t.held_ns += held;
+    t.held_clock_mhz_ns += static_cast<double>(reading.sm_clock_mhz) * static_cast<double>(held);
+  }
+  for (size_t k = 0; k < host::kClockReasons.size(); ++k) {
+    if (reading.reasons & host::kClockReasons[k].bit) t.reason_ns[k] += held;
+  }
+}
+
+void SyntheticHost::xid(unsigned gpu, int code, const std::string& text, std::int64_t at_ns,
+                        int pid) {
+  host::XidEvent x;
+  x.seq = gpus_.xids.empty() ? 1 : gpus_.xids.back().seq + 1;
+  x.unix_ns = at_ns;
+  x.gpu = static_cast<int>(gpu);
+  x.code = code;
+  x.pid = pid;
+  x.text = text;
+  if (gpu < gpus_.gpus.size()) {
+    const std::string& bus = gpus_.gpus[gpu].last.bus_id;
+    x.pci = bus.size() > 4 ? bus.substr(4, 10) : bus;  // "00000000:3B:00.0" → "0000:3b:00"
+    for (char& c : x.pci) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    x.address_known = host::parse_pci_address(bus, x.address);
+  }
+  auto it = std::find_if(gpus_.xid_counts.begin(), gpus_.xid_counts.end(),
+                         [&](const host::XidCount& c) { return c.gpu == x.gpu && c.code == code; });
+  if (it == gpus_.xid_counts.end()) {
+    gpus_.xid_counts.push_back(host::XidCount{x.gpu, x.pci, code, 0});
+    it = gpus_.xid_counts.end() - 1;
+  }
+  ++it->count;
+  gpus_.kmsg = true;
+  gpus_.xids.push_back(std::move(x));
+}
+
 std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::time_point taken,
                                                   std::chrono::nanoseconds window) {
   auto snap = std::make_shared<Snapshot>();
@@ -300,6 +345,12 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
   snap->taken = taken;
   snap->window = window;
   snap->cpu_stolen = std::exchange(stolen_, {});
+  snap->gpu = gpus_;
+  for (const auto& g : gpus_.gpus) {
+    for (int pid : g.last.pids) {
+      if (procs_.count(pid)) snap->gpu.process_gpus[pid].push_back(g.last.index);
+    }
+  }
   for (auto& [pid, p] : procs_) {
     Series& s = snap->series[p.cgroup];
     for (auto& c : std::exchange(p.inflight, {})) s.inflight.push_back(std::move(c));

@@ -104,6 +104,12 @@ class SyntheticHost {
   void cpu_limit(const std::string& cgroup, double cores, std::uint64_t periods,
                  std::uint64_t throttled_periods, std::uint64_t throttled_ns);
 
+  // A GPU as NVML would read it this window (index, ids, clocks, reasons, temperature, power,
+  // compute processes: `state.last`'s fields), its SM clock held down `held_share` of the
+  // window by `state.last.reasons` at `state.last.sm_clock_mhz`; added to its totals.
+  void gpu(const host::GpuReading& reading, double held_share, std::int64_t window_ns);
+  // An Xid the driver logged on GPU `gpu` (its PCI address from gpu()) at `at_ns` (unix).
+  void xid(unsigned gpu, int code, const std::string& text, std::int64_t at_ns, int pid = 0);
   // The cumulative snapshot at `taken`, covering the window just ended. As the collector's, it
   // carries no window ratios: the window step (chains/window.h) computes them.
   std::shared_ptr<Snapshot> snapshot(std::chrono::system_clock::time_point taken,
@@ -116,6 +122,7 @@ class SyntheticHost {
  private:
   Renamer rename_cgroup_, rename_comm_;
   std::vector<host::CpuStolen> stolen_;
+  host::GpuSnapshot gpus_;
   struct Proc {
     std::string cgroup;
     std::string comm;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "host/cpu_limit.h"
+#include "host/gpu_monitor.h"
 #include "host/host_sampler.h"
 #include "host/pressure.h"
 #include "host/self_stats.h"
@@ -337,6 +338,10 @@ struct Snapshot {
   // Per CPU, the window's time taken by the hypervisor and by interrupts (host/host_sampler.h);
   // filled by the pipeline before the chain engine sees the window. Empty when unknown.
   std::vector<host::CpuStolen> cpu_stolen;
+  // The GPUs' own state, cumulative, and which GPUs the CUDA processes use
+  // (host/gpu_monitor.h); filled by `run` before the chain engine sees the window. Empty
+  // without NVML.
+  host::GpuSnapshot gpu;
 };
 
 }  // namespace stallwatch

@@ -12,7 +12,9 @@
 //    inflates a real spin-wait; with MOCK_CUDA_SYNC_SLEEP_US (default 0) they first sleep that
 //    long, a blocking wait for a GPU that is busy (a GPU-bound job); while the file named by
 //    MOCK_CUDA_HOLD_FILE exists they do not return (polling it every 10 ms, asleep): a hung
-//    GPU, released by removing the file;
+//    GPU, released by removing the file; while MOCK_CUDA_SYNC_SCALE_FILE names a file holding a
+//    number, the sleep is that many times longer (read at every call): the GPU's kernels run
+//    slower, as under a clock held down by power or heat (the test writes max clock / clock);
 //  - after mock_cuda_set_escape(buf) (not a CUDA symbol: for the test workload), the calling
 //    thread's next cudaStreamSynchronize leaves by siglongjmp(buf) instead of returning, as a
 //    call unwound by an exception does: its uretprobe never fires;
@@ -43,6 +45,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,9 +189,22 @@ static void hold(void) {
   while (access(path, F_OK) == 0) sleep_us(10000);
 }
 
+// MOCK_CUDA_SYNC_SCALE_FILE's number, else 1.
+static double sync_scale(void) {
+  const char* path = getenv("MOCK_CUDA_SYNC_SCALE_FILE");
+  if (path == NULL || *path == '\0') return 1;
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return 1;
+  double v = 1;
+  if (fscanf(f, "%lf", &v) != 1 || v < 0.01 || v > 1000) v = 1;
+  fclose(f);
+  return v;
+}
+
 static void spin_wait(void) {
   hold();
   long sleep = env_us("MOCK_CUDA_SYNC_SLEEP_US", 0, &sync_sleep_us_cache);
+  if (sleep > 0) sleep = (long)((double)sleep * sync_scale());
   if (sleep > 0) sleep_us(sleep);
   long us = env_us("MOCK_CUDA_SYNC_CPU_US", 50, &sync_cpu_us_cache);
   if (us == 0) return;

@@ -45,7 +45,8 @@ TEST(ChainScenarios, AllScenariosExist) {
                                              "memcpy-bottleneck", "periodic-spike", "gpu-steal",
                                              "memory-pressure", "io-stall", "network-retransmit",
                                              "nccl-straggler", "nccl-hang", "cpu-steal", "cpu-throttle", "cuda-oom",
-                                             "graph-recapture", "healthy"}));
+                                             "graph-recapture", "gpu-throttle", "gpu-xid",
+                                             "healthy"}));
   for (const auto& n : names) EXPECT_TRUE(demo::make_scenario(n).has_value()) << n;
   EXPECT_FALSE(demo::make_scenario("nosuch").has_value());
 }

@@ -58,8 +58,17 @@ std::vector<NcclMember> missing_ranks(const Snapshot& snap, int world_size,
   return out;
 }
 
-Advice advise(const Chain& c, const InflightCall& h, const std::vector<NcclMember>& missing) {
+Advice advise(const Chain& c, const InflightCall& h, const std::vector<NcclMember>& missing,
+              const host::XidEvent* xid) {
   Advice out;
+  if (xid && host::xid_info(xid->code).action == host::XidAction::kReset) {
+    if (xid->gpu >= 0) {
+      out.command(Command("nvidia-smi -q -i").number(xid->gpu),
+                  "is the GPU still on the bus after the Xid");
+    }
+    out.note("drain the node and reset the GPU (nvidia-smi -r) or reboot; the job must restart "
+             "from its last checkpoint");
+  }
   for (const auto& m : missing) {
     out.command(Command("py-spy dump --pid").number(m.pid),
                 "where rank " + std::to_string(m.rank) +
@@ -125,6 +134,7 @@ class CallHang : public Rule {
       const double runnable = share(secs(call.runnable_ns), age);
       const double oncpu = std::max(0.0, 1 - blocked - runnable);
       std::vector<NcclMember> missing;
+      const host::XidEvent* xid = nullptr;
       std::string rank_text;
       if (trace::is_nccl_op(call.call_id) && call.world_size > 1 && call.rank >= 0) {
         rank_text = ", rank " + std::to_string(call.rank) + " of " + std::to_string(call.world_size);
@@ -162,6 +172,26 @@ class CallHang : public Rule {
         }
         c.root_cause += ", the rank that stopped progressing";
       }
+      // An Xid on the process's GPUs from a minute before the call entered: the GPU failed.
+      const std::int64_t entered = ctx.view.end_ns - static_cast<std::int64_t>(call.age_ns);
+      const auto xids = ctx.xids_of(call.pid, entered - 60'000'000'000LL);
+      if (!xids.empty()) {
+        const host::XidEvent& x = *xids.back();
+        const host::XidInfo info = host::xid_info(x.code);
+        c.root_cause += ". The NVIDIA driver logged Xid " + std::to_string(x.code) +
+                        (info.meaning.empty() ? "" : " (" + std::string(info.meaning) + ")") +
+                        " on " +
+                        (x.gpu >= 0 ? "GPU " + std::to_string(x.gpu) + ", which it uses,"
+                                    : "the GPU at PCI " + x.pci) +
+                        " " + human_seconds(secs(static_cast<std::uint64_t>(
+                                  std::max<std::int64_t>(0, ctx.view.end_ns - x.unix_ns)))) +
+                        " ago: \"" + x.text + "\"" +
+                        (info.action == host::XidAction::kReset
+                             ? ", a fault that needs a GPU reset: the call will not return"
+                             : "");
+        c.summary += " (Xid " + std::to_string(x.code) + ")";
+        xid = &x;
+      }
       c.effect = "the process makes no progress: the GPU work behind this call is stalled" +
                  std::string(trace::is_nccl_op(call.call_id)
                                  ? ", and NCCL aborts the job only when its timeout expires "
@@ -183,7 +213,11 @@ class CallHang : public Rule {
         c.evidence.push_back({"rank", static_cast<double>(call.rank)});
         c.evidence.push_back({"world_size", static_cast<double>(call.world_size)});
       }
-      set_advice(c, advise(c, call, missing));
+      if (xid) {
+        c.evidence.push_back({"xid", static_cast<double>(xid->code)});
+        c.evidence.push_back({"xid_gpu", static_cast<double>(xid->gpu)});
+      }
+      set_advice(c, advise(c, call, missing, xid));
       out.push_back(std::move(f));
     }
   }

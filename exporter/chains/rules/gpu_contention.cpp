@@ -1,5 +1,6 @@
 // gpu_contention: a process's synchronisations slow down against its baseline while other CUDA
-// processes are active and nothing on the host explains it. docs/chains.md.
+// processes are active and nothing on the host explains it, nor a GPU clock held down
+// (gpu_throttle). docs/chains.md.
 #include <algorithm>
 
 #include "chains/call_classes.h"
@@ -15,6 +16,7 @@ struct Thresholds {
   double p50_ratio = 2;
   double host_call_share = 0.05;    // no host cause: runnable share of call time below this
   double host_thread_share = 0.10;  // and of the CUDA threads' time below this
+  double held_gpu_share = 0.20;     // no GPU of the process held its clock down this share
 };
 
 Advice advise(const Chain& c) {
@@ -43,6 +45,8 @@ class GpuContention : public Rule {
       if (q.pid != p.pid && !q.calls.empty()) others.push_back(&q);
     }
     if (others.empty()) return;
+    // Its GPU's clock held down: gpu_throttle's to explain, not the other processes'.
+    if (ctx.held_gpu(p, th_.held_gpu_share)) return;
     std::uint64_t runnable = 0;
     for (const auto& [id, t] : p.calls) runnable += t.runnable_ns;
     const std::uint64_t thread_ns = p.offcpu.runnable_ns + p.offcpu.blocked_ns + p.offcpu.oncpu_ns;

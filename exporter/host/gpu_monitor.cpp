@@ -1,0 +1,357 @@
+#include "host/gpu_monitor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace stallwatch::host {
+namespace {
+
+std::int64_t mono_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+std::int64_t wall_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+constexpr std::size_t kRecordBytes = 8192;  // a kmsg record is at most ~1 KiB of text
+
+}  // namespace
+
+struct GpuMonitor::Shared {
+  std::mutex mu;
+  GpuSnapshot state;  // without process_gpus
+  std::int64_t pass_started_ns = 0;  // of the sampler's pass in progress; 0: none in progress
+  std::atomic<bool> stop{false};
+  std::unique_ptr<Nvml> nvml;
+  int kmsg_fd = -1;
+  std::thread sampler;
+  std::thread follower;
+  bool sampler_done = false;  // under mu: the sampler left its loop
+
+  ~Shared() {
+    if (kmsg_fd >= 0) ::close(kmsg_fd);
+  }
+};
+
+GpuMonitor::GpuMonitor(GpuMonitorOptions options, const Procfs& fs)
+    : options_(std::move(options)), fs_(fs), shared_(std::make_shared<Shared>()) {}
+
+GpuMonitor::~GpuMonitor() {
+  shared_->stop = true;
+  if (shared_->follower.joinable()) shared_->follower.join();
+  if (shared_->sampler.joinable()) {
+    // A sampler inside an NVML call that never returns keeps `shared_` alive by its own copy.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    bool done = false;
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> l(shared_->mu);
+        done = shared_->sampler_done;
+      }
+      if (done) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (done) {
+      shared_->sampler.join();
+    } else {
+      SW_LOG(kWarn) << "NVML: the GPU sampler is stuck in a driver call; leaving it behind";
+      shared_->sampler.detach();
+    }
+  }
+}
+
+namespace {
+
+void sample_pass(GpuMonitor::Shared& s, std::int64_t& last_ns) {
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    s.pass_started_ns = mono_ns();
+  }
+  std::vector<GpuReading> readings = s.nvml->read();
+  const std::int64_t now = mono_ns();
+  std::lock_guard<std::mutex> l(s.mu);
+  s.pass_started_ns = 0;
+  const std::uint64_t dt =
+      last_ns > 0 ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, now - last_ns)) : 0;
+  last_ns = now;
+  auto& gpus = s.state.gpus;
+  if (gpus.size() < readings.size()) gpus.resize(readings.size());
+  for (size_t i = 0; i < readings.size(); ++i) {
+    GpuTotals& t = gpus[i];
+    GpuReading& r = readings[i];
+    if (!r.error.empty()) ++s.state.sample_failures;
+    ++t.samples;
+    // The interval since the previous pass is judged by this reading (capped: a pass that
+    // took long is not a long throttle).
+    const std::uint64_t span = std::min<std::uint64_t>(dt, 2'000'000'000ULL);
+    if (r.reasons_known && r.clocks_known && span > 0) {
+      t.sampled_ns += span;
+      const std::uint64_t held = held_reasons(r.reasons);
+      if (held) {
+        t.held_ns += span;
+        t.held_clock_mhz_ns += static_cast<double>(r.sm_clock_mhz) * static_cast<double>(span);
+      }
+      for (size_t k = 0; k < kClockReasons.size(); ++k) {
+        if (r.reasons & kClockReasons[k].bit) t.reason_ns[k] += span;
+      }
+    }
+    t.last = std::move(r);
+  }
+}
+
+// Reads every record the kernel has for us now; false when the device failed for good.
+bool drain_kmsg(GpuMonitor::Shared& s, const GpuMonitorOptions& o, std::int64_t& second_start,
+                std::size_t& in_second) {
+  char buf[kRecordBytes];
+  for (int records = 0; records < 4096; ++records) {
+    const ssize_t n = ::read(s.kmsg_fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) return true;
+      if (errno == EPIPE) {  // the ring overwrote records we had not read
+        std::lock_guard<std::mutex> l(s.mu);
+        ++s.state.kmsg_overrun;
+        continue;
+      }
+      return false;
+    }
+    if (n == 0) return true;
+    const auto rec = parse_kmsg_record(std::string_view(buf, static_cast<size_t>(n)));
+    if (!rec) continue;
+    auto xid = parse_xid(rec->message);
+    if (!xid) continue;
+    const std::int64_t now = mono_ns();
+    if (now - second_start >= 1'000'000'000) {
+      second_start = now;
+      in_second = 0;
+    }
+    std::lock_guard<std::mutex> l(s.mu);
+    if (++in_second > o.max_xid_per_second) {
+      ++s.state.xid_dropped;
+      continue;
+    }
+    const std::int64_t ts_ns = static_cast<std::int64_t>(rec->ts_us) * 1000;
+    xid->unix_ns = wall_ns() - std::max<std::int64_t>(0, now - ts_ns);
+    int gpu = -1;
+    for (const auto& g : s.state.gpus) {
+      PciAddress a;
+      if (xid->address_known && parse_pci_address(g.last.bus_id, a) && a == xid->address) {
+        gpu = static_cast<int>(g.last.index);
+      }
+    }
+    auto& counts = s.state.xid_counts;
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const XidCount& c) {
+      return c.pci == xid->pci && c.code == xid->code;
+    });
+    if (it == counts.end()) {
+      if (counts.size() >= 256) {  // bounded: a flood of invented addresses
+        ++s.state.xid_dropped;
+        continue;
+      }
+      counts.push_back(XidCount{gpu, xid->pci, xid->code, 0});
+      it = counts.end() - 1;
+    }
+    it->gpu = gpu;
+    ++it->count;
+    xid->gpu = gpu;
+    xid->seq = s.state.xids.empty() ? 1 : s.state.xids.back().seq + 1;
+    SW_LOG(kWarn) << "Xid " << xid->code << " on GPU "
+                  << (gpu >= 0 ? std::to_string(gpu) : std::string("?")) << " (PCI " << xid->pci
+                  << "): " << xid->text;
+    s.state.xids.push_back(std::move(*xid));
+    if (s.state.xids.size() > kMaxXidKept) s.state.xids.erase(s.state.xids.begin());
+  }
+  return true;
+}
+
+}  // namespace
+
+void GpuMonitor::start() {
+  Shared& s = *shared_;
+  if (options_.nvml) {
+    auto n = Nvml::open(options_.nvml_library);
+    if (!n) {
+      s.state.nvml_status = n.error().message;
+      SW_LOG(kInfo) << n.error().message;
+      SW_LOG(kHint) << "on a GPU host: install the NVIDIA driver, or --nvml-library PATH of its "
+                       "libnvidia-ml.so.1";
+    } else {
+      s.nvml = std::move(*n);
+      std::vector<GpuReading> first = s.nvml->read();
+      s.state.nvml = true;
+      s.state.nvml_status = "NVML " + s.nvml->path() + " (driver " +
+                            (s.nvml->driver().empty() ? "unknown" : s.nvml->driver()) + "): " +
+                            std::to_string(first.size()) + " GPU" +
+                            (first.size() == 1 ? "" : "s");
+      if (!s.nvml->missing().empty()) {
+        std::string names;
+        for (const auto& m : s.nvml->missing()) names += (names.empty() ? "" : ", ") + m;
+        s.state.nvml_status += "; lacks " + names + " (those readings stay unknown)";
+      }
+      SW_LOG(kInfo) << s.state.nvml_status;
+      for (auto& r : first) {
+        GpuTotals t;
+        t.last = std::move(r);
+        s.state.gpus.push_back(std::move(t));
+      }
+      auto shared = shared_;
+      const auto interval = options_.interval;
+      s.sampler = std::thread([shared, interval] {
+        std::int64_t last = mono_ns();
+        while (!shared->stop) {
+          std::this_thread::sleep_for(interval);
+          if (shared->stop) break;
+          try {
+            sample_pass(*shared, last);
+          } catch (const std::exception& e) {
+            SW_LOG(kWarn) << "NVML sample: " << e.what();
+          }
+        }
+        std::lock_guard<std::mutex> l(shared->mu);
+        shared->sampler_done = true;
+      });
+    }
+  } else {
+    s.state.nvml_status = "NVML off (--gpu-monitor=off)";
+  }
+  {
+    std::lock_guard<std::mutex> l(s.mu);
+    s.sampler_done = !s.sampler.joinable();
+  }
+  if (!options_.xid) {
+    s.state.kmsg_status = "Xid errors not followed (--gpu-monitor=off)";
+    return;
+  }
+  s.kmsg_fd = ::open(options_.kmsg.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (s.kmsg_fd < 0) {
+    s.state.kmsg_status = "cannot read " + options_.kmsg + " (" + std::strerror(errno) +
+                          "): Xid errors are not seen; fix: run as root (CAP_SYSLOG)";
+    SW_LOG(kInfo) << s.state.kmsg_status;
+    return;
+  }
+  // Only what is logged from now on: a restart must not count old Xids again.
+  ::lseek(s.kmsg_fd, 0, SEEK_END);
+  s.state.kmsg = true;
+  s.state.kmsg_status = "following " + options_.kmsg + " for Xid errors";
+  auto shared = shared_;
+  const GpuMonitorOptions o = options_;
+  s.follower = std::thread([shared, o] {
+    std::int64_t second = mono_ns();
+    std::size_t in_second = 0;
+    while (!shared->stop) {
+      pollfd p{shared->kmsg_fd, POLLIN, 0};
+      const int r = ::poll(&p, 1, 200);
+      if (r < 0 && errno != EINTR) break;
+      if (r <= 0) continue;
+      bool ok = true;
+      try {
+        ok = drain_kmsg(*shared, o, second, in_second);
+      } catch (const std::exception& e) {
+        SW_LOG(kWarn) << "kernel log: " << e.what();
+      }
+      if (!ok) {
+        std::lock_guard<std::mutex> l(shared->mu);
+        shared->state.kmsg = false;
+        shared->state.kmsg_status = "reading " + o.kmsg + " failed (" + std::strerror(errno) +
+                                    "): Xid errors are no longer seen";
+        SW_LOG(kWarn) << shared->state.kmsg_status;
+        break;
+      }
+    }
+  });
+}
+
+GpuSnapshot GpuMonitor::snapshot() {
+  Shared& s = *shared_;
+  std::lock_guard<std::mutex> l(s.mu);
+  const bool stale = s.pass_started_ns > 0 &&
+                     mono_ns() - s.pass_started_ns >
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(options_.stale_after)
+                             .count();
+  if (stale && !s.state.stale) {
+    SW_LOG(kWarn) << "NVML: a GPU reading has not returned for over "
+                  << options_.stale_after.count()
+                  << " ms (a GPU or driver that no longer answers?); GPU readings are stale";
+  }
+  s.state.stale = stale;
+  if (stale) ++s.state.stale_windows;
+  return s.state;
+}
+
+void GpuMonitor::map_processes(GpuSnapshot& snap, const std::vector<int>& pids) const {
+  std::map<unsigned, unsigned> by_minor;  // minor → index
+  for (const auto& g : snap.gpus) {
+    if (g.last.minor_known) by_minor[g.last.minor] = g.last.index;
+  }
+  for (int pid : pids) {
+    std::vector<unsigned> gpus;
+    bool listed = false;
+    for (const auto& g : snap.gpus) {
+      if (!g.last.pids_known) continue;
+      listed = listed || !g.last.pids.empty();
+      if (std::find(g.last.pids.begin(), g.last.pids.end(), pid) != g.last.pids.end()) {
+        gpus.push_back(g.last.index);
+      }
+    }
+    if (gpus.empty() && !by_minor.empty()) {
+      // NVML may not see the process (another PID namespace, or no context yet): its files.
+      for (unsigned minor : nvidia_minors_of(fs_, pid)) {
+        if (auto it = by_minor.find(minor); it != by_minor.end()) gpus.push_back(it->second);
+      }
+    }
+    (void)listed;
+    if (!gpus.empty()) snap.process_gpus[pid] = std::move(gpus);
+  }
+}
+
+std::vector<unsigned> nvidia_minors_of(const Procfs& fs, int pid) {
+  std::vector<unsigned> out;
+  const std::string dir = fs.pid_path(pid, "fd");
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  int seen = 0;
+  while (const dirent* e = ::readdir(d)) {
+    if (++seen > kMaxScannedFds) break;
+    if (e->d_name[0] == '.') continue;
+    char target[64] = {};
+    const std::string link = dir + "/" + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string_view t(target, static_cast<size_t>(n));
+    constexpr std::string_view kDev = "/dev/nvidia";
+    if (t.substr(0, kDev.size()) != kDev || t.size() == kDev.size()) continue;
+    unsigned minor = 0;
+    bool digits = true;
+    for (char c : t.substr(kDev.size())) {
+      if (c < '0' || c > '9' || minor > 1000) {
+        digits = false;
+        break;
+      }
+      minor = minor * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (digits && std::find(out.begin(), out.end(), minor) == out.end()) out.push_back(minor);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace stallwatch::host
