@@ -118,6 +118,55 @@ void sample_pass(GpuMonitor::Shared& s, std::int64_t& last_ns) {
   }
 }
 
+// One /dev/kmsg record: an Xid is counted and kept, anything else ignored.
+void handle_record(GpuMonitor::Shared& s, const GpuMonitorOptions& o, std::string_view record,
+                   std::int64_t& second_start, std::size_t& in_second) {
+  const auto rec = parse_kmsg_record(record);
+  if (!rec) return;
+  auto xid = parse_xid(rec->message);
+  if (!xid) return;
+  const std::int64_t now = mono_ns();
+  if (now - second_start >= 1'000'000'000) {
+    second_start = now;
+    in_second = 0;
+  }
+  std::lock_guard<std::mutex> l(s.mu);
+  if (++in_second > o.max_xid_per_second) {
+    ++s.state.xid_dropped;
+    return;
+  }
+  const std::int64_t ts_ns = static_cast<std::int64_t>(rec->ts_us) * 1000;
+  xid->unix_ns = wall_ns() - std::max<std::int64_t>(0, now - ts_ns);
+  int gpu = -1;
+  for (const auto& g : s.state.gpus) {
+    PciAddress a;
+    if (xid->address_known && parse_pci_address(g.last.bus_id, a) && a == xid->address) {
+      gpu = static_cast<int>(g.last.index);
+    }
+  }
+  auto& counts = s.state.xid_counts;
+  auto it = std::find_if(counts.begin(), counts.end(), [&](const XidCount& c) {
+    return c.pci == xid->pci && c.code == xid->code;
+  });
+  if (it == counts.end()) {
+    if (counts.size() >= 256) {  // bounded: a flood of invented addresses
+      ++s.state.xid_dropped;
+      return;
+    }
+    counts.push_back(XidCount{gpu, xid->pci, xid->code, 0});
+    it = counts.end() - 1;
+  }
+  it->gpu = gpu;
+  ++it->count;
+  xid->gpu = gpu;
+  xid->seq = s.state.xids.empty() ? 1 : s.state.xids.back().seq + 1;
+  SW_LOG(kWarn) << "Xid " << xid->code << " on GPU "
+                << (gpu >= 0 ? std::to_string(gpu) : std::string("?")) << " (PCI " << xid->pci
+                << "): " << xid->text;
+  s.state.xids.push_back(std::move(*xid));
+  if (s.state.xids.size() > kMaxXidKept) s.state.xids.erase(s.state.xids.begin());
+}
+
 // Reads every record the kernel has for us now; false when the device failed for good.
 bool drain_kmsg(GpuMonitor::Shared& s, const GpuMonitorOptions& o, std::int64_t& second_start,
                 std::size_t& in_second) {
@@ -134,53 +183,23 @@ bool drain_kmsg(GpuMonitor::Shared& s, const GpuMonitorOptions& o, std::int64_t&
       return false;
     }
     if (n == 0) return true;
-    const auto rec = parse_kmsg_record(std::string_view(buf, static_cast<size_t>(n)));
-    if (!rec) continue;
-    auto xid = parse_xid(rec->message);
-    if (!xid) continue;
-    const std::int64_t now = mono_ns();
-    if (now - second_start >= 1'000'000'000) {
-      second_start = now;
-      in_second = 0;
-    }
-    std::lock_guard<std::mutex> l(s.mu);
-    if (++in_second > o.max_xid_per_second) {
-      ++s.state.xid_dropped;
-      continue;
-    }
-    const std::int64_t ts_ns = static_cast<std::int64_t>(rec->ts_us) * 1000;
-    xid->unix_ns = wall_ns() - std::max<std::int64_t>(0, now - ts_ns);
-    int gpu = -1;
-    for (const auto& g : s.state.gpus) {
-      PciAddress a;
-      if (xid->address_known && parse_pci_address(g.last.bus_id, a) && a == xid->address) {
-        gpu = static_cast<int>(g.last.index);
+    // /dev/kmsg hands one record per read; a pipe standing in for it (tests) may hand several.
+    // A record is its header line and continuation lines, which start with a space.
+    std::string_view rest(buf, static_cast<size_t>(n));
+    while (!rest.empty()) {
+      size_t end = 0;
+      while (true) {
+        const size_t nl = rest.find('\n', end);
+        end = nl == std::string_view::npos ? rest.size() : nl + 1;
+        if (end >= rest.size() || rest[end] != ' ') break;
       }
+      handle_record(s, o, rest.substr(0, end), second_start, in_second);
+      rest.remove_prefix(end);
     }
-    auto& counts = s.state.xid_counts;
-    auto it = std::find_if(counts.begin(), counts.end(), [&](const XidCount& c) {
-      return c.pci == xid->pci && c.code == xid->code;
-    });
-    if (it == counts.end()) {
-      if (counts.size() >= 256) {  // bounded: a flood of invented addresses
-        ++s.state.xid_dropped;
-        continue;
-      }
-      counts.push_back(XidCount{gpu, xid->pci, xid->code, 0});
-      it = counts.end() - 1;
-    }
-    it->gpu = gpu;
-    ++it->count;
-    xid->gpu = gpu;
-    xid->seq = s.state.xids.empty() ? 1 : s.state.xids.back().seq + 1;
-    SW_LOG(kWarn) << "Xid " << xid->code << " on GPU "
-                  << (gpu >= 0 ? std::to_string(gpu) : std::string("?")) << " (PCI " << xid->pci
-                  << "): " << xid->text;
-    s.state.xids.push_back(std::move(*xid));
-    if (s.state.xids.size() > kMaxXidKept) s.state.xids.erase(s.state.xids.begin());
   }
   return true;
 }
+
 
 }  // namespace
 

@@ -67,10 +67,11 @@ XidInfo xid_info(int code) {
 }
 
 std::optional<XidEvent> parse_xid(std::string_view m) {
+  // The driver's own lines start so; text that merely quotes one elsewhere is not an Xid.
   constexpr std::string_view kMark = "NVRM: Xid (";
-  const size_t at = m.find(kMark);
-  if (at == std::string_view::npos) return std::nullopt;
-  m.remove_prefix(at + kMark.size());
+  while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
+  if (m.substr(0, kMark.size()) != kMark) return std::nullopt;
+  m.remove_prefix(kMark.size());
   const size_t close = m.find("): ");
   if (close == std::string_view::npos || close > 64) return std::nullopt;
   std::string_view addr = m.substr(0, close);

@@ -45,8 +45,8 @@ struct XidEvent {
 };
 inline constexpr std::size_t kMaxXidText = 160;
 
-// The Xid in a kernel log message ("NVRM: Xid (PCI:…): N, …"); nullopt when the message is
-// not one or is malformed (no closing parenthesis, no code, a code past 9999).
+// The Xid in a kernel log message that starts "NVRM: Xid (PCI:…): N, …"; nullopt when the
+// message is not one or is malformed (no closing parenthesis, no code, a code past 9999).
 std::optional<XidEvent> parse_xid(std::string_view message);
 
 // A /dev/kmsg record: "PRI,SEQ,TS_US,FLAGS[,…];MESSAGE\n" followed by " KEY=VALUE" lines.

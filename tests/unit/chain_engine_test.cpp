@@ -321,6 +321,61 @@ TEST(ChainAdvice, KernelThreadsAndSmallContributorsGetNoCommand) {
   EXPECT_TRUE(kthread_role);
 }
 
+// Issue #39: a GPU at its power cap under a GPU-bound job is one medium gpu_throttle chain,
+// opened in the capped phase and closed after it; the hot GPU whose job did not slow is none,
+// and gpu_contention stands down.
+TEST(ChainScenarios, GpuThrottleNamesThePowerCapAndOnlyTheJobThatSlowed) {
+  ScenarioRun run = run_scenario("gpu-throttle");
+  ASSERT_EQ(run.ids().size(), 1u) << "exactly one chain";
+  const Chain opened = run.openings()[0];
+  EXPECT_EQ(opened.kind, Kind::kGpuThrottle);
+  EXPECT_EQ(opened.severity, Severity::kMedium);
+  EXPECT_EQ(opened.pid, 3100);
+  EXPECT_EQ(opened.call, "cudaStreamSynchronize");
+  EXPECT_NE(opened.root_cause.find("GPU 0 (GPU-5f3c9e1a"), std::string::npos) << opened.root_cause;
+  EXPECT_NE(opened.root_cause.find("sw_power_cap 85%"), std::string::npos) << opened.root_cause;
+  EXPECT_NE(opened.root_cause.find("1200 MHz instead of 1980"), std::string::npos);
+  EXPECT_NE(opened.recommendation.find("nvidia-smi -i 0 -pl"), std::string::npos)
+      << opened.recommendation;
+  const WindowOutcome* first = run.first_change();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->phase, 1u);
+  EXPECT_EQ(first->i, 1) << "opens in the capped phase's second window";
+  const Chain last = run.chains()[0];
+  EXPECT_FALSE(last.open) << "closes once the limit is restored";
+}
+
+// An Xid 79 under a job whose synchronize then hangs: a critical gpu_xid at once, then a
+// call_hang that names the Xid; gpu_xid closes once call_hang has taken over.
+TEST(ChainScenarios, GpuXidOpensAtOnceAndTheHangNamesIt) {
+  chains::EngineOptions o = Driver::default_options();
+  o.hang_threshold_ns = 5 * kS;  // as `demo` runs it
+  Driver d(o, kS);
+  ScenarioRun run = run_scenario("gpu-xid", d);
+  const auto opened = run.openings();
+  ASSERT_EQ(opened.size(), 2u);
+  EXPECT_EQ(opened[0].kind, Kind::kGpuXid);
+  EXPECT_EQ(opened[0].severity, Severity::kCritical);
+  EXPECT_EQ(opened[0].pid, 3200);
+  EXPECT_NE(opened[0].summary.find("Xid 79 (GPU has fallen off the bus) on GPU 0"),
+            std::string::npos)
+      << opened[0].summary;
+  EXPECT_EQ(opened[1].kind, Kind::kCallHang);
+  EXPECT_NE(opened[1].summary.find("(Xid 79)"), std::string::npos) << opened[1].summary;
+  EXPECT_NE(opened[1].root_cause.find("a fault that needs a GPU reset"), std::string::npos);
+  const WindowOutcome* first = run.first_change();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->phase, 1u);
+  EXPECT_EQ(first->i, 0) << "an Xid opens its chain in the window it was read";
+  for (const auto& c : run.chains()) {
+    if (c.kind == Kind::kGpuXid) {
+      EXPECT_FALSE(c.open) << "call_hang took over";
+    } else {
+      EXPECT_TRUE(c.open);
+    }
+  }
+}
+
 TEST(ChainScenarios, HealthyHasNoChain) {
   Driver d;
   ScenarioRun run = run_scenario("healthy", d);
