@@ -140,6 +140,9 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   // only what tracing needs: the set the systemd unit bounds the daemon to. Run as plain root,
   // the threads that parse hostile ELF files, /proc and Python memory no longer hold
   // CAP_SETUID, CAP_SYS_MODULE, CAP_NET_ADMIN and the rest (issue #35; docs/security.md).
+  // The kernel log, for Xid errors, is opened while the thread may still hold CAP_SYSLOG
+  // (kernel.dmesg_restrict=1 asks it of a reader), which the limit below gives up.
+  const int kmsg_fd = o.gpu_monitor ? host::open_kmsg("/dev/kmsg") : -1;
   if (auto dropped = limit_thread_capabilities(kTracingCapabilities); !dropped) {
     SW_LOG(kWarn) << dropped.error().message;
   }
@@ -265,6 +268,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   gopts.nvml = o.gpu_monitor;
   gopts.xid = o.gpu_monitor;
   gopts.nvml_library = o.nvml_library;
+  gopts.kmsg_fd = kmsg_fd;  // when -1 the monitor tries again and says why it cannot
   gopts.interval = std::chrono::duration_cast<std::chrono::milliseconds>(o.gpu_sample_interval);
   gopts.stale_after = std::max(std::chrono::milliseconds(3000), 4 * gopts.interval);
   host::GpuMonitor gpus(gopts, fs);

@@ -259,15 +259,13 @@ void GpuMonitor::start() {
     s.state.kmsg_status = "Xid errors not followed (--gpu-monitor=off)";
     return;
   }
-  s.kmsg_fd = ::open(options_.kmsg.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  s.kmsg_fd = options_.kmsg_fd >= 0 ? options_.kmsg_fd : open_kmsg(options_.kmsg);
   if (s.kmsg_fd < 0) {
     s.state.kmsg_status = "cannot read " + options_.kmsg + " (" + std::strerror(errno) +
                           "): Xid errors are not seen; fix: run as root (CAP_SYSLOG)";
     SW_LOG(kInfo) << s.state.kmsg_status;
     return;
   }
-  // Only what is logged from now on: a restart must not count old Xids again.
-  ::lseek(s.kmsg_fd, 0, SEEK_END);
   s.state.kmsg = true;
   s.state.kmsg_status = "following " + options_.kmsg + " for Xid errors";
   auto shared = shared_;
@@ -339,6 +337,13 @@ void GpuMonitor::map_processes(GpuSnapshot& snap, const std::vector<int>& pids) 
     (void)listed;
     if (!gpus.empty()) snap.process_gpus[pid] = std::move(gpus);
   }
+}
+
+int open_kmsg(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // Only what is logged from now on: a restart must not count old Xids again.
+  if (fd >= 0) ::lseek(fd, 0, SEEK_END);
+  return fd;
 }
 
 std::vector<unsigned> nvidia_minors_of(const Procfs& fs, int pid) {

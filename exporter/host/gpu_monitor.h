@@ -27,6 +27,9 @@ struct GpuMonitorOptions {
   std::chrono::milliseconds stale_after{3000};  // a sample pass longer than this: stale
   bool xid = true;               // follow the kernel log for Xid errors
   std::string kmsg = "/dev/kmsg";
+  // Already open (the monitor owns it): reading the kernel log needs CAP_SYSLOG where
+  // kernel.dmesg_restrict is 1, which `run` gives up before the monitor starts.
+  int kmsg_fd = -1;
   std::size_t max_xid_per_second = 64;  // more are counted, not kept
 };
 
@@ -87,6 +90,9 @@ class GpuMonitor {
   const Procfs& fs_;
   std::shared_ptr<Shared> shared_;
 };
+
+// Opens `path` for reading records from now on; -1 with errno set when it cannot.
+int open_kmsg(const std::string& path);
 
 // The /dev/nvidiaN minors a process holds open (at most kMaxScannedFds descriptors read).
 std::vector<unsigned> nvidia_minors_of(const Procfs& fs, int pid);

@@ -53,8 +53,8 @@ want=(
   "Type=notify" "NotifyAccess=main" "StateDirectory=stallwatch"
   "EnvironmentFile=-/etc/default/stallwatch"
   "ExecStart=/usr/local/bin/stallwatch run \$STALLWATCH_OPTS"
-  "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"
-  "AmbientCapabilities=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_DAC_READ_SEARCH"
+  "CapabilityBoundingSet=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_SYSLOG"
+  "AmbientCapabilities=CAP_BPF CAP_PERFMON CAP_SYS_ADMIN CAP_SYS_PTRACE CAP_DAC_READ_SEARCH CAP_SYSLOG"
   "LimitMEMLOCK=infinity" "NoNewPrivileges=yes" "ProtectSystem=strict" "PrivateTmp=yes"
   "Restart=on-failure"
 )

@@ -1,0 +1,256 @@
+// Privileged tier, the GPU's own faults (issue #39). The daemon loads the stand-in
+// libnvidia-ml.so.1 (tests/mock/mock_nvml.c), whose GPUs are lines of a file this test rewrites
+// while a stand-in CUDA job runs; the job's synchronizes sleep a GPU's time, scaled by
+// max clock / clock (MOCK_CUDA_SYNC_SCALE_FILE) as a GPU's kernels slow at a lower clock.
+//  - A GPU held down by a thermal slowdown under a job that did not slow: no chain. Held by its
+//    power cap with the job 1.65x slower: exactly one gpu_throttle chain, opened while capped,
+//    closed once restored, naming GPU 0, sw_power_cap and 1,200 MHz.
+//  - Xid lines written for real into /dev/kmsg (root) while the job hangs in a synchronize: the
+//    hang's call_hang chain names Xid 79; a gpu_xid chain opens at once; a hostile line is
+//    escaped, a malformed one ignored; every Xid counted by GPU and code.
+//  - No NVML: the daemon says so once and exports no GPU series.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "common/json.h"
+#include "support/evidence.h"
+#include "support/harness.h"
+#include "support/process.h"
+
+namespace stallwatch::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
+
+std::string unique(const std::string& name) {
+  return "stallwatch-gpu-" + std::to_string(getpid()) + "/" + name;
+}
+
+// Replaces `path` whole (a reader never sees half a file).
+void replace_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << text;
+  ASSERT_EQ(::rename(tmp.c_str(), path.c_str()), 0);
+}
+
+// One record into the kernel log, as root may write it. The newline ends the record: without
+// it the kernel keeps it open for a continuation, and readers see it only once another comes.
+void kmsg(const std::string& line) {
+  const int fd = ::open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << "open /dev/kmsg";
+  const std::string record = line + "\n";
+  ASSERT_EQ(::write(fd, record.data(), record.size()), static_cast<ssize_t>(record.size()));
+  ::close(fd);
+}
+
+std::vector<Json> chains_json(const Daemon& d, const std::string& kind, const std::string& cgroup,
+                              std::string* raw) {
+  std::string out;
+  run_command({STALLWATCH_BIN, "explain", "--db", d.db_path(), "--since", "1h", "--json"}, &out,
+              30s);
+  *raw = out;
+  std::vector<Json> chains;
+  const Json doc = Json::parse(out, nullptr, false);
+  if (doc.is_discarded() || !doc.contains("chains")) return chains;
+  for (const auto& c : doc["chains"]) {
+    if (c["kind"] == kind && c["cgroup"] == cgroup) chains.push_back(c);
+  }
+  return chains;
+}
+
+class GpuFaults : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    state_ = new std::string(std::string(TEST_SCRATCH_DIR) + "/nvml-" +
+                             std::to_string(getpid()) + ".state");
+    std::ofstream(*state_) << "gpu minor=0 bus=00000000:3B:00.0\n";
+    ::setenv("MOCK_NVML_STATE", state_->c_str(), 1);  // the daemon's NVML reads it
+    daemon_ = new Daemon({"--window", "500ms", "--hang-threshold", "2s", "--nvml-library",
+                          MOCK_NVML_PATH, "--gpu-sample-interval", "50ms"});
+    ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
+  }
+  static void TearDownTestSuite() {
+    if (daemon_) {
+      EXPECT_EQ(daemon_->stop(), 0) << daemon_->log_path();
+      delete daemon_;
+      daemon_ = nullptr;
+    }
+    ::unsetenv("MOCK_NVML_STATE");
+    if (state_) ::unlink(state_->c_str());
+    delete state_;
+    state_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(daemon_, nullptr); }
+
+  // GPU 0 as NVML shall read it from now on, used by `pid`.
+  static void gpu0(int pid, unsigned clock, const char* reasons) {
+    replace_file(*state_, "gpu minor=0 uuid=GPU-7e57 bus=00000000:3B:00.0 clock=" +
+                              std::to_string(clock) + " max=1980 reasons=" + reasons +
+                              " temp=80 power_mw=400000 limit_mw=400000 pids=" +
+                              std::to_string(pid) + "\n");
+  }
+  // Waits until the daemon maps the workload of `cgroup` to GPU 0.
+  static bool wait_mapped(const std::string& cgroup) {
+    return poll_until(
+        [&] {
+          auto x = parse_exposition(daemon_->metrics());
+          return find_sample(x, "stallwatch_workload_gpu_info", {{"cgroup", cgroup}, {"gpu", "0"}})
+              .has_value();
+        },
+        30s, 100ms);
+  }
+  static double active(const std::string& cgroup, const std::string& kind) {
+    auto x = parse_exposition(daemon_->metrics());
+    return sum_samples(x, "stallwatch_chain_active", {{"cgroup", cgroup}, {"kind", kind}});
+  }
+
+  static Daemon* daemon_;
+  static std::string* state_;
+};
+Daemon* GpuFaults::daemon_ = nullptr;
+std::string* GpuFaults::state_ = nullptr;
+
+TEST_F(GpuFaults, ClockHeldDownOpensAChainOnlyWhenTheJobSlowed) {
+  TestCgroup cg(unique("throttle"));
+  const std::string scale = std::string(TEST_SCRATCH_DIR) + "/gpu-scale-" + std::to_string(getpid());
+  replace_file(scale, "1\n");
+  Spawn s;
+  // A GPU-bound loop: each synchronize sleeps 2 ms (the GPU's work), no CPU spin.
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
+            "--iterations", "200000", "--start-delay-ms", "300"};
+  s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "2000"},
+           {"MOCK_CUDA_SYNC_CPU_US", "0"},
+           {"MOCK_CUDA_SYNC_SCALE_FILE", scale}};
+  s.cgroup_dir = cg.dir();
+  Child w(s);
+  gpu0(w.pid(), 1980, "0x0");
+  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
+  ASSERT_TRUE(wait_mapped(cg.label())) << "the job is not mapped to GPU 0; log: "
+                                       << daemon_->log_path();
+  ASSERT_TRUE(daemon_->wait_windows(6));  // the synchronize's baseline
+
+  // Held by a thermal slowdown, but this job's syncs keep their time: context, no chain.
+  gpu0(w.pid(), 1500, "0x20");
+  ASSERT_TRUE(daemon_->wait_windows(8));
+  auto x = parse_exposition(daemon_->metrics());
+  EXPECT_GT(sum_samples(x, "stallwatch_gpu_clock_throttle_seconds_total",
+                        {{"gpu", "0"}, {"reason", "sw_thermal"}}),
+            2.0)
+      << "the held time is measured";
+  EXPECT_EQ(chains_total(x, cg.label(), "gpu_throttle"), 0) << "no effect, no chain";
+
+  // Its power cap: 1,200 MHz instead of 1,980, and the job's GPU work 1.65x as long.
+  gpu0(w.pid(), 1200, "0x4");
+  replace_file(scale, "1.65\n");
+  const auto capped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(poll_until([&] { return active(cg.label(), "gpu_throttle") == 1; }, 20s, 100ms))
+      << "no gpu_throttle chain; log: " << daemon_->log_path();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - capped).count();
+  std::cout << "gpu_throttle opened " << took << " s after the cap\n";
+  EXPECT_LE(took, 5.0) << "two windows of 500 ms, plus the scrape's lag";
+  ASSERT_TRUE(daemon_->wait_windows(4));
+
+  // Restored: the chain closes.
+  gpu0(w.pid(), 1980, "0x0");
+  replace_file(scale, "1\n");
+  ASSERT_TRUE(poll_until([&] { return active(cg.label(), "gpu_throttle") == 0; }, 20s, 100ms));
+  ASSERT_TRUE(daemon_->wait_windows(2));
+
+  std::string raw;
+  auto chains = chains_json(*daemon_, "gpu_throttle", cg.label(), &raw);
+  ASSERT_EQ(chains.size(), 1u) << raw;
+  const Json& c = chains[0];
+  std::cout << "gpu_throttle: " << c["summary"].get<std::string>() << "\n";
+  EXPECT_EQ(c["open"], false);
+  EXPECT_EQ(c["pid"], w.pid());
+  EXPECT_EQ(c["call"], "cudaStreamSynchronize");
+  const std::string root = c["root_cause"].get<std::string>();
+  EXPECT_NE(root.find("GPU 0 (GPU-7e57, PCI 00000000:3B:00.0)"), std::string::npos) << root;
+  EXPECT_NE(root.find("sw_power_cap"), std::string::npos) << root;
+  EXPECT_NE(root.find("1200 MHz instead of 1980"), std::string::npos) << root;
+  EXPECT_NEAR(c["evidence"].value("held_clock_mhz", 0.0), 1200, 1);
+  EXPECT_GE(c["evidence"].value("call_slowdown", 0.0), 1.2);
+  EXPECT_TRUE(chains_json(*daemon_, "gpu_contention", cg.label(), &raw).empty()) << raw;
+  w.stop();
+  ::unlink(scale.c_str());
+}
+
+TEST_F(GpuFaults, XidUnderAHungSynchronizeIsNamedByTheHang) {
+  TestCgroup cg(unique("xid"));
+  const std::string hold = std::string(TEST_SCRATCH_DIR) + "/gpu-hold-" + std::to_string(getpid());
+  std::ofstream(hold).put('1');
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaMalloc:1,cudaStreamSynchronize:1",
+            "--start-delay-ms", "300"};
+  s.env = {{"MOCK_CUDA_HOLD_FILE", hold}};
+  s.cgroup_dir = cg.dir();
+  Child w(s);
+  gpu0(w.pid(), 1980, "0x0");
+  ASSERT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+  const std::string pid = std::to_string(w.pid());
+  // A hostile line (escape sequences, a command substitution), a malformed one, then the GPU
+  // falls off the bus.
+  kmsg("NVRM: Xid (PCI:0000:3b:00): 13, pid=" + pid +
+       ", name=cuda_workload, \x1b[31m$(id)\xe2\x80\xae stallwatch test line");
+  kmsg("NVRM: Xid (PCI:0000:3b:00: 79, stallwatch test line without its parenthesis");
+  kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid +
+       ", name=cuda_workload, GPU has fallen off the bus. (stallwatch test line)");
+  ASSERT_TRUE(poll_until([&] { return active(cg.label(), "call_hang") == 1; }, 30s, 100ms))
+      << daemon_->log_path();
+  ASSERT_TRUE(daemon_->wait_windows(2));
+
+  auto x = parse_exposition(daemon_->metrics());
+  EXPECT_EQ(find_sample(x, "stallwatch_gpu_xid_errors_total", {{"gpu", "0"}, {"xid", "79"}}), 1.0);
+  EXPECT_EQ(find_sample(x, "stallwatch_gpu_xid_errors_total", {{"gpu", "0"}, {"xid", "13"}}), 1.0);
+  EXPECT_EQ(sum_samples(x, "stallwatch_gpu_xid_errors_total", {}), 2.0) << "the malformed line";
+  EXPECT_EQ(chains_total(x, cg.label(), "gpu_xid"), 1);
+
+  std::string raw;
+  auto hangs = chains_json(*daemon_, "call_hang", cg.label(), &raw);
+  ASSERT_EQ(hangs.size(), 1u) << raw;
+  std::cout << "call_hang: " << hangs[0]["summary"].get<std::string>() << "\n";
+  EXPECT_NE(hangs[0]["summary"].get<std::string>().find("(Xid 79)"), std::string::npos) << raw;
+  const std::string root = hangs[0]["root_cause"].get<std::string>();
+  EXPECT_NE(root.find("Xid 79 (GPU has fallen off the bus) on GPU 0"), std::string::npos) << root;
+  EXPECT_NE(root.find("a fault that needs a GPU reset"), std::string::npos) << root;
+  EXPECT_EQ(hangs[0]["evidence"].value("xid", 0.0), 79);
+  auto xids = chains_json(*daemon_, "gpu_xid", cg.label(), &raw);
+  ASSERT_EQ(xids.size(), 1u) << raw;
+  EXPECT_EQ(xids[0]["severity"], "critical");
+  // The hostile text reached no output raw: no ESC in the log, the store or explain.
+  EXPECT_EQ(raw.find('\x1b'), std::string::npos);
+  EXPECT_EQ(slurp(daemon_->log_path()).find('\x1b'), std::string::npos);
+  std::string text;
+  run_command({STALLWATCH_BIN, "explain", "--db", daemon_->db_path(), "--since", "1h"}, &text, 30s);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos);
+
+  ::unlink(hold.c_str());
+  EXPECT_EQ(w.wait(30s), 0);
+}
+
+TEST(GpuFaultsNoNvml, NoNvmlIsOneLogLineAndNoGpuSeries) {
+  Daemon d({"--nvml-library", "/nonexistent/libnvidia-ml.so.1"});
+  ASSERT_TRUE(d.wait_ready()) << d.log_path();
+  ASSERT_TRUE(d.wait_windows(2));
+  const std::string m = d.metrics();
+  EXPECT_EQ(m.find("stallwatch_gpu_info"), std::string::npos);
+  EXPECT_EQ(m.find("stallwatch_gpu_sm_clock_hertz"), std::string::npos);
+  EXPECT_EQ(d.stop(), 0);
+  const std::string log = slurp(d.log_path());
+  EXPECT_NE(log.find("NVML: cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace stallwatch::test
+
+int main(int argc, char** argv) { return stallwatch::test::run_privileged_tests(argc, argv); }
