@@ -12,6 +12,7 @@
 # deploy/kubernetes/daemonset.yaml, or for a single host:
 #   docker run --rm --pid=host --network=host --cap-add=BPF --cap-add=PERFMON \
 #     --cap-add=SYS_ADMIN --cap-add=SYS_PTRACE --cap-add=DAC_READ_SEARCH --cap-add=SYS_RESOURCE \
+#     --cap-add=SYSLOG --device /dev/kmsg --gpus all -e NVIDIA_DRIVER_CAPABILITIES=utility \
 #     --security-opt seccomp=unconfined --security-opt apparmor=unconfined \
 #     -v /sys/kernel/btf:/sys/kernel/btf:ro -v /sys/fs/cgroup:/sys/fs/cgroup:ro \
 #     -v /sys/kernel/tracing:/sys/kernel/tracing -v /var/lib/stallwatch:/var/lib/stallwatch \

@@ -164,12 +164,12 @@ test("DaemonSet: host PID namespace, capabilities not privileged, host mounts", 
   assert.equal(sc.readOnlyRootFilesystem, true);
   assert.deepEqual(sc.capabilities.drop, ["ALL"]);
   assert.deepEqual([...sc.capabilities.add].sort(),
-    ["BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_ADMIN", "SYS_PTRACE", "SYS_RESOURCE"]);
+    ["BPF", "DAC_READ_SEARCH", "PERFMON", "SYSLOG", "SYS_ADMIN", "SYS_PTRACE", "SYS_RESOURCE"]);
   const volumes = Object.fromEntries(spec.volumes.map((v) => [v.name, v]));
   const mounts = Object.fromEntries(c.volumeMounts.map((m) => [m.mountPath, m]));
   const hostPathOf = (m) => volumes[m.name]?.hostPath?.path;
   for (const [p, ro] of [["/sys/kernel/btf", true], ["/sys/fs/cgroup", true],
-    ["/sys/kernel/tracing", false], ["/var/lib/stallwatch", false]]) {
+    ["/sys/kernel/tracing", false], ["/var/lib/stallwatch", false], ["/dev/kmsg", true]]) {
     assert.ok(mounts[p], `${p} is mounted`);
     assert.equal(hostPathOf(mounts[p]), p, `${p} comes from the host's ${p}`);
     assert.equal(mounts[p].readOnly === true, ro, `${p} readOnly=${ro}`);
