@@ -40,13 +40,17 @@ static __always_inline __u64 segments_of(const struct sk_buff *skb)
 }
 
 SEC("tp_btf/tcp_retransmit_skb")
-int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *skb, int err)
+int BPF_PROG(tcp_retransmit_skb, const struct sock *sk, const struct sk_buff *skb)
 {
 	__u64 cgroup_id = BPF_CORE_READ(sk, sk_cgrp_data.cgroup, kn, id);
 	struct retransmit_stats *s;
 	__u64 segs;
 
-	if (retransmit_has_err && err)
+	/* `int err` is a third argument only on newer kernels: read it only behind the flag user
+	 * space sets from BTF (read-only data, so the verifier drops the branch where it is 0).
+	 * Declared as a BPF_PROG argument, it was loaded at entry, and Debian 12's 6.1 refused the
+	 * whole object ("doesn't have 3-th argument"; found by make test-kernels). */
+	if (retransmit_has_err && (int)ctx[2])
 		return 0;
 	if (!cgroup_id || !sw_watched(cgroup_id))
 		return 0;

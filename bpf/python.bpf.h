@@ -123,7 +123,11 @@ static long sw_py_frame_step(__u64 i, void *arg)
 static __always_inline void sw_py_walk(struct outlier_event *e)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &e->tgid);
+	/* The key on the stack: before Linux 6.2 (or so) the verifier refuses a map key that points
+	 * into ring buffer memory ("R2 type=alloc_mem expected=fp, ..."), found on Debian 12's 6.1
+	 * by make test-kernels. */
+	__u32 tgid = e->tgid;
+	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
 	struct sw_py_walk w = {};
 	struct py_scratch *s;
 	__u32 zero = 0;
