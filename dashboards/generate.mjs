@@ -36,6 +36,14 @@ const SELF = '{job=~"$job"}';
 // CUDA calls go by `class` (launch, sync, copy, memory, graph_build, nccl, other): every series
 // has it, one per call under --metrics.calls call (which adds `call`), one per class by default.
 const RI = '$__rate_interval';
+// The GPUs' own state (NVML, and the driver's Xid lines in the kernel log): series per GPU of a
+// node (`gpu`: NVML's index), no workload labels. A workload's GPUs come from
+// stallwatch_workload_gpu_info{workload, ..., gpu}, itself a per-workload series: joined to
+// stallwatch_cgroup_info like every other, then reduced to (job, instance, gpu), so a GPU that
+// several selected workloads share counts once.
+const gpuSel = (extra = '') => `{job=~"$job"${extra ? `, ${extra}` : ''}}`;
+const WORKLOAD_GPUS = `max by (job, instance, gpu) (${wl(`stallwatch_workload_gpu_info${sel()}`)})`;
+const onWorkloadGpus = (v) => `(${v} * on (job, instance, gpu) group_left () ${WORKLOAD_GPUS})`;
 
 // ---------------------------------------------------------------- panel builders
 let nextId = 1;
@@ -290,6 +298,34 @@ function dashboard({ uid, title, description, tags, panels, extraVars = [], time
   };
 }
 
+// ---------------------------------------------------------------- the GPUs' own state
+// Six panels on the GPUs' clocks, heat, power and Xid errors (docs/chains.md#gpu-state). `on`
+// restricts a per-GPU vector (the overview: every GPU of $job; the drill-down: the selected
+// workload's GPUs), `whose` names those GPUs in the descriptions, `xidExtra` adds queries to the
+// Xid panel and `xidNote` says what they are.
+function gpuPanels(p, { on = (v) => v, whose, xidExtra = [], xidNote = '' }) {
+  const by = (labels, v) => `sum by (instance, gpu${labels ? `, ${labels}` : ''}) (${on(v)})`;
+  const last = (metric) => `max by (instance, gpu) (${on(`${metric}${gpuSel()}`)})`;
+  p.push(timeseries('SM clock held down', `rate(stallwatch_gpu_clock_held_seconds_total) of ${whose}: the share of time its SM clock was held down by any clocks event reason but gpu_idle and display_clocks (NVML, sampled every --gpu-sample-interval, 250 ms by default). A gpu_throttle chain needs the GPU held at least 20 % of a window, a clock low enough to slow its work at least 1.1 times, and a synchronisation, copy or NCCL call whose mean is at least 1.2 times its baseline's (docs/chains.md#gpu_throttle).`,
+    [[by('', `rate(stallwatch_gpu_clock_held_seconds_total${gpuSel()}[${RI}])`), '{{instance}} GPU {{gpu}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+  p.push(timeseries('SM clock held down, by reason', `rate(stallwatch_gpu_clock_throttle_seconds_total) by reason of ${whose}, gpu_idle and display_clocks left out: the share of time each clocks event reason was set. sw_power_cap: the power cap (nvidia-smi -pl); sw_thermal, hw_thermal: too hot; hw_power_brake: the board asserts a power brake; applications_clocks: applications clocks set below the maximum. Reasons can be set together, so the lines can add up to more than the held share. A hardware reason (hw_slowdown, hw_thermal, hw_power_brake) that held the clock at least 10 % of a window raises a gpu_throttle chain one step (docs/chains.md#gpu_throttle).`,
+    [[by('reason', `rate(stallwatch_gpu_clock_throttle_seconds_total${gpuSel('reason!~"gpu_idle|display_clocks"')}[${RI}])`), '{{instance}} GPU {{gpu}} {{reason}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+  p.push(timeseries('SM clock and its maximum', `stallwatch_gpu_sm_clock_hertz (at the last sample) beside stallwatch_gpu_sm_clock_max_hertz of ${whose}. Kernels run longer at a lower clock: past ~83 °C an H100 drops from 1.98 to ~1.2 GHz, ~40 % of its throughput (docs/chains.md#gpu_throttle).`,
+    [
+      [last('stallwatch_gpu_sm_clock_hertz'), '{{instance}} GPU {{gpu}} SM clock'],
+      [last('stallwatch_gpu_sm_clock_max_hertz'), '{{instance}} GPU {{gpu}} max'],
+    ], { unit: 'hertz', w: 8, min: 0 }));
+  p.push(timeseries('Temperature', `stallwatch_gpu_temperature_celsius of ${whose}. Heat holds the clock down as sw_thermal or hw_thermal (the reasons panel): nvidia-smi -q -d TEMPERATURE,PERFORMANCE -i N and the node's cooling (docs/chains.md#gpu_throttle).`,
+    [[last('stallwatch_gpu_temperature_celsius'), '{{instance}} GPU {{gpu}}']], { unit: 'celsius', w: 8 }));
+  p.push(timeseries('Power and its limit', `stallwatch_gpu_power_watts beside stallwatch_gpu_power_limit_watts (the enforced limit) of ${whose}. A GPU at its power cap holds its clock down (sw_power_cap): nvidia-smi -q -d POWER -i N, then nvidia-smi -i N -pl <watts> back toward the default (docs/chains.md#gpu_throttle).`,
+    [
+      [last('stallwatch_gpu_power_watts'), '{{instance}} GPU {{gpu}} power'],
+      [last('stallwatch_gpu_power_limit_watts'), '{{instance}} GPU {{gpu}} limit'],
+    ], { unit: 'watt', w: 8, min: 0 }));
+  p.push(timeseries('Xid errors', `increase(stallwatch_gpu_xid_errors_total) by GPU, PCI address and Xid code, for ${whose}: the driver's "NVRM: Xid" lines in the kernel log (/dev/kmsg, followed from the daemon's start; older lines are not read). gpu is empty when the address matches no GPU NVML knows.${xidNote} Xid 38, 48, 62, 64, 74, 79, 95, 119, 120, 121, 140 and 154 need a GPU reset or node drain: a critical gpu_xid chain for the traced processes that use that GPU, and StallwatchGpuXid. 8, 13, 31, 43, 45, 94 and 109 are the application's own fault or stop (high); 32, 61, 63, 68 and 92 a contained problem to check (medium) (docs/chains.md#gpu_xid).`,
+    [[by('pci_bus_id, xid', `increase(stallwatch_gpu_xid_errors_total${gpuSel()}[${RI}])`), '{{instance}} GPU {{gpu}} ({{pci_bus_id}}) Xid {{xid}}'], ...xidExtra], { w: 8, min: 0, bars: true }));
+}
+
 // ---------------------------------------------------------------- 1. overview
 function overview() {
   resetLayout();
@@ -345,10 +381,18 @@ function overview() {
     ], { unit: 'cps', w: 16, min: 0 }));
   p.push(timeseries('CPU taken by the hypervisor and interrupts', 'stallwatch_cpu_stolen_ratio: share of the most affected CPU\'s time in the last window taken by the hypervisor (steal) or by interrupts (irq). Time the scheduler counts as the running thread\'s own: the cpu_steal chain.',
     [[`max by (instance, source) (stallwatch_cpu_stolen_ratio${SELF})`, '{{instance}} {{source}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+
+  // Appended after the older rows so their panel ids (viewPanel links) stay the same.
+  p.push(row('GPUs'));
+  gpuPanels(p, {
+    whose: 'each GPU of the nodes of $job',
+    xidExtra: [[`sum by (instance, reason) (increase(stallwatch_gpu_xid_lost_total${SELF}[${RI}]))`, '{{instance}} Xid lines not counted: {{reason}}']],
+    xidNote: ' Beside them, increase(stallwatch_gpu_xid_lost_total) by reason: Xid lines the daemon did not count (rate: over 64 a second, not kept; overrun: kernel log records overwritten before they were read, Xid or not).',
+  });
   return dashboard({
     uid: 'stallwatch-overview',
     title: 'GPU stalls — overview',
-    description: 'stallwatch: open causal chains, CUDA call latency, off-CPU time of the CUDA-issuing threads and the health of the daemons.',
+    description: 'stallwatch: open causal chains, CUDA call latency, off-CPU time of the CUDA-issuing threads, the health of the daemons, and the GPUs\' clocks, temperature, power and Xid errors.',
     tags: ['overview'],
     panels: p,
   });
@@ -521,10 +565,13 @@ function workload() {
   p.push(timeseries('Throttled time', 'rate(stallwatch_cgroup_cpu_throttled_seconds_total): seconds per second the workload was held throttled by its own CPU limit, summed over CPUs and limited levels (cpu.stat throttled_usec / throttled_time). The cpu_throttle chain opens when this wait shows inside the CUDA calls (docs/chains.md#cpu_throttle).',
     [[`sum(${wl(`rate(stallwatch_cgroup_cpu_throttled_seconds_total${sel()}[${RI}])`)})`, 'throttled']], { unit: 's', w: 8, min: 0 }));
 
+  p.push(row('GPU: clocks and faults'));
+  gpuPanels(p, { on: onWorkloadGpus, whose: 'each GPU the workload uses (stallwatch_workload_gpu_info)' });
+
   return dashboard({
     uid: 'stallwatch-workload',
     title: 'Workload drill-down',
-    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, GPU memory held, CUDA Graph builds and CPU-limit throttling, and its chains.',
+    description: 'stallwatch: one workload (cgroup / pod) — latency heatmaps per call, off-CPU time, memory, disk, network and NCCL evidence, GPU memory held, CUDA Graph builds, CPU-limit throttling, the clocks and Xid errors of its GPUs, and its chains.',
     tags: ['workload'],
     panels: p,
     extraVars: [

@@ -379,7 +379,8 @@ void add_gpu_families(const Snapshot& snap, std::vector<Family>& out) {
   auto clock_max = family("stallwatch_gpu_sm_clock_max_hertz",
                           "The GPU's maximum SM clock.", MetricKind::kGauge, "Hz");
   auto held = family("stallwatch_gpu_clock_held_seconds_total",
-                     "Time the GPU's SM clock was held down by any reason but idle (sampled).",
+                     "Time the GPU's SM clock was held down by any reason but idle and the display "
+                     "clock setting (sampled).",
                      MetricKind::kCounter, "s");
   auto reasons = family("stallwatch_gpu_clock_throttle_seconds_total",
                         "Time each clocks event (throttle) reason was active on the GPU "

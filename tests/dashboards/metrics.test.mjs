@@ -36,6 +36,10 @@ const SCENARIOS = [
   // The CPU-limit families exist while the pod has its limit (every phase of the story): held
   // at the throttling.
   ['cpu-throttle', ['--hold'], 'stallwatch_cgroup_cpu_throttled_seconds_total', false],
+  // The GPUs' own state (issue #39): a power-capped GPU under a job (clocks, reasons,
+  // temperature, power, the workload's GPUs), and an Xid 79 (the Xid counters).
+  ['gpu-throttle', ['--hold'], 'stallwatch_gpu_clock_throttle_seconds_total', false],
+  ['gpu-xid', ['--hold'], 'stallwatch_gpu_xid_errors_total', false],
 ];
 
 // { sampleName: Set(label names) } of one exposition.
@@ -149,6 +153,15 @@ test('every metric and label the dashboards use is in the exposition of the real
     'stallwatch_block_io_duration_seconds_bucket', 'stallwatch_block_io_bytes_total', 'stallwatch_gpu_starvation_ratio',
     'stallwatch_tcp_retransmits_total', 'stallwatch_nccl_op_duration_seconds_sum', 'stallwatch_nccl_op_bytes_total',
     'stallwatch_cuda_call_offcpu_seconds_total', 'DCGM_FI_DEV_GPU_UTIL', 'up', 'scrape_duration_seconds',
+  ]) {
+    assert.ok(used.has(n), `no dashboard reads ${n}`);
+  }
+  // And those of issue #39 (the GPUs' own state).
+  for (const n of [
+    'stallwatch_gpu_clock_held_seconds_total', 'stallwatch_gpu_clock_throttle_seconds_total',
+    'stallwatch_gpu_sm_clock_hertz', 'stallwatch_gpu_sm_clock_max_hertz', 'stallwatch_gpu_temperature_celsius',
+    'stallwatch_gpu_power_watts', 'stallwatch_gpu_power_limit_watts', 'stallwatch_gpu_xid_errors_total',
+    'stallwatch_gpu_xid_lost_total', 'stallwatch_workload_gpu_info',
   ]) {
     assert.ok(used.has(n), `no dashboard reads ${n}`);
   }
