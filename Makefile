@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 LISTEN ?= 0.0.0.0:9464
 DB ?= /var/lib/stallwatch/stallwatch.db
 
-.PHONY: all deps build run test test-unit test-privileged test-e2e test-asan fuzz fuzz-smoke \
+.PHONY: all deps build run test test-unit test-privileged test-e2e test-kernels test-asan fuzz fuzz-smoke \
 	accuracy bench clean deb
 
 all: build
@@ -48,6 +48,12 @@ test-privileged: build
 
 test-e2e: build
 	cd $(BUILD) && ctest --output-on-failure -L e2e
+
+# The kernel matrix (issue #38): Debian 12's 6.1 and bookworm-backports' 6.12 booted in qemu
+# (TCG), the host's tree shared read-only, the daemon's check, exact counts, off-CPU and a
+# chain, Python frames run as root in each (tests/kernels/run.sh; README "Kernels").
+test-kernels: build
+	bash tests/kernels/run.sh || [ $$? -eq 77 ]
 
 # The unit tier built with -fsanitize=address,undefined (gcc) in build-asan: any leak, overflow
 # or undefined behaviour fails the test that ran into it.

@@ -17,6 +17,7 @@ packages=(
   yamllint systemd protobuf-compiler
   help2man dpkg-dev lintian mmdebstrap fakeroot
   iproute2 nftables util-linux procps
+  qemu-system-x86 busybox-static xz-utils
 )
 
 missing=()
