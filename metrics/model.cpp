@@ -363,6 +363,17 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
     f.points.push_back(point(nullptr, {{"source", "irq"}}, irq));
     out.push_back(std::move(f));
   }
+  if (!snap.bpf_programs.empty()) {
+    auto f = family("stallwatch_bpf_programs_loaded",
+                    "Whether each BPF program of the daemon is loaded (1) or not (0): a variant "
+                    "this kernel does not need, a hook whose tracepoint it lacks, or a program "
+                    "its verifier refused (the log says which and why).",
+                    MetricKind::kGauge, "1");
+    for (const auto& [name, loaded] : snap.bpf_programs) {
+      f.points.push_back(point(nullptr, {{"program", name}}, loaded ? 1 : 0));
+    }
+    out.push_back(std::move(f));
+  }
   single("stallwatch_build_info", "Version of the running stallwatch (value 1).",
          MetricKind::kGauge, "1", 1, {{"version", build.version}, {"revision", build.revision}});
 }

@@ -168,6 +168,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     return 1;
   }
   const trace::CallPrograms programs = (*tracer)->call_programs();
+  const auto bpf_programs = (*tracer)->program_states();
   SW_LOG(kInfo) << "call probes: "
                 << ((*tracer)->uprobe_multi()
                         ? "one multi-uprobe link per library file and direction"
@@ -278,6 +279,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     if (keeper) pipeline.set_store(keeper->get(), true);  // reopened when due (store_keeper.h)
     auto snap = collector.collect(o.window, counts());
     snap->self = host::read_self_stats();
+    snap->bpf_programs = bpf_programs;
     snap->gpu = gpus.snapshot();
     if (!snap->gpu.gpus.empty()) {
       std::vector<int> pids;

@@ -329,6 +329,8 @@ struct Snapshot {
   std::uint64_t libraries_refused = 0;   // library files not traced: --max-libraries reached
   std::uint64_t discovery_dropped = 0;   // library-mapping events dropped in user space
   std::uint64_t thread_failures = 0;     // steps a thread lost to an exception (common/guard.h)
+  // Every BPF program of the object and whether it is loaded (Tracer::program_states; `run`).
+  std::vector<std::pair<std::string, bool>> bpf_programs;
   bool ready = false;                    // probes attached; /healthz answers 200
   std::vector<ChainCount> chains;        // filled by the chain engine before publishing
   StoreStats store;                      // filled from the store before publishing

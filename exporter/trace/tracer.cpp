@@ -29,9 +29,44 @@ extern "C" {
 namespace stallwatch::trace {
 namespace {
 
+// The program the kernel refused in the last load and the verifier's last lines, from libbpf's
+// messages (libbpf logs on the loading thread: one load at a time).
+struct Refusal {
+  std::string program;
+  std::string verifier;  // its last lines, "; " between them
+};
+Refusal g_refusal;
+
+// "prog 'NAME': ..." → NAME; "" when the message is not about one program.
+std::string program_of(const std::string& line) {
+  const size_t at = line.find("prog '");
+  if (at == std::string::npos) return {};
+  const size_t end = line.find('\'', at + 6);
+  return end == std::string::npos ? std::string() : line.substr(at + 6, end - at - 6);
+}
+
+// The last `n` non-empty lines of a verifier log (libbpf hands it as one message).
+std::string verifier_tail(const std::string& log, size_t n) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t nl = log.find('\n', start);
+    if (nl == std::string::npos) nl = log.size();
+    std::string l = log.substr(start, nl - start);
+    start = nl + 1;
+    if (l.empty() || l.find("PROG LOAD LOG --") != std::string::npos) continue;
+    lines.push_back(std::move(l));
+  }
+  std::string out;
+  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) {
+    out += (out.empty() ? "" : "; ") + lines[i];
+  }
+  return out;
+}
+
 int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   LogLevel ours = level == LIBBPF_WARN ? LogLevel::kWarn : LogLevel::kDebug;
-  if (!log_enabled(ours)) return 0;
+  if (!log_enabled(ours) && level != LIBBPF_WARN) return 0;
   // Verifier logs arrive as one long message: size the buffer to it.
   va_list again;
   va_copy(again, args);
@@ -40,7 +75,18 @@ int libbpf_log(enum libbpf_print_level level, const char* fmt, va_list args) {
   if (n > 0) vsnprintf(line.data(), line.size() + 1, fmt, again);
   va_end(again);
   while (!line.empty() && line.back() == '\n') line.pop_back();
-  log_line(ours, "libbpf: " + line);
+  if (line.find("-- BEGIN PROG LOAD LOG --") != std::string::npos) {
+    // The whole log at debug; Tracer::open says once which program and the verifier's last
+    // lines, at warn.
+    g_refusal.program = program_of(line);
+    g_refusal.verifier = verifier_tail(line, 4);
+    if (log_enabled(LogLevel::kDebug)) log_line(LogLevel::kDebug, "libbpf: " + line);
+    return 0;
+  }
+  if (line.find("failed to load") != std::string::npos && g_refusal.program.empty()) {
+    g_refusal.program = program_of(line);
+  }
+  if (log_enabled(ours)) log_line(ours, "libbpf: " + line);
   return 0;
 }
 
@@ -74,26 +120,35 @@ struct HostHook {
   bpf_link* Links::*link;
   const char* tracepoint;
   const char* measures;
+  const char* name;  // the program's name in the object
 };
 
 constexpr HostHook kHostHooks[] = {
     {&Progs::direct_reclaim_begin, &Links::direct_reclaim_begin,
-     "mm_vmscan_direct_reclaim_begin", "direct reclaim time"},
+     "mm_vmscan_direct_reclaim_begin", "direct reclaim time", "direct_reclaim_begin"},
     {&Progs::direct_reclaim_end, &Links::direct_reclaim_end,
-     "mm_vmscan_direct_reclaim_end", "direct reclaim time"},
+     "mm_vmscan_direct_reclaim_end", "direct reclaim time", "direct_reclaim_end"},
     {&Progs::memcg_reclaim_begin, &Links::memcg_reclaim_begin,
-     "mm_vmscan_memcg_reclaim_begin", "memcg reclaim time"},
+     "mm_vmscan_memcg_reclaim_begin", "memcg reclaim time", "memcg_reclaim_begin"},
     {&Progs::memcg_reclaim_end, &Links::memcg_reclaim_end,
-     "mm_vmscan_memcg_reclaim_end", "memcg reclaim time"},
+     "mm_vmscan_memcg_reclaim_end", "memcg reclaim time", "memcg_reclaim_end"},
     {&Progs::oom_mark_victim, &Links::oom_mark_victim,
-     "mark_victim", "OOM kills"},
+     "mark_victim", "OOM kills", "oom_mark_victim"},
     {&Progs::block_io_start, &Links::block_io_start,
-     "block_io_start", "block I/O latency"},
+     "block_io_start", "block I/O latency", "block_io_start"},
     {&Progs::block_io_done, &Links::block_io_done,
-     "block_io_done", "block I/O latency"},
+     "block_io_done", "block I/O latency", "block_io_done"},
     {&Progs::tcp_retransmit_skb, &Links::tcp_retransmit_skb,
-     "tcp_retransmit_skb", "TCP retransmits"},
+     "tcp_retransmit_skb", "TCP retransmits", "tcp_retransmit_skb"},
 };
+
+// What the host hook named `program` measures; "" when it is none.
+std::string hook_measure(const std::string& program) {
+  for (const HostHook& h : kHostHooks) {
+    if (program == h.name) return h.measures;
+  }
+  return {};
+}
 
 // Number of arguments the raw tracepoint passes (its btf_trace_<name> prototype minus the
 // context pointer); -1 when unknown.
@@ -139,18 +194,54 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
   // probe) where vmlinux has them; a kernel that then refuses the programs gets a second load
   // without them.
   btf* probe_btf = btf__load_vmlinux_btf();
-  const bool multi = options.uprobe_multi && !libbpf_get_error(probe_btf) &&
-                     btf__find_by_name_kind(probe_btf, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
+  bool multi = options.uprobe_multi && !libbpf_get_error(probe_btf) &&
+               btf__find_by_name_kind(probe_btf, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
   if (!libbpf_get_error(probe_btf)) btf__free(probe_btf);
-  auto r = open_once(options, multi);
-  if (!r && multi) {
-    SW_LOG(kWarn) << r.error().message << "; loading again with one link per probe";
-    r = open_once(options, false);
+  // A program the verifier refuses (issue #38: a verifier that accepts it on one kernel may not
+  // on another) is said once with the verifier's last lines; a host hook or the hang iterator
+  // is then left out and the rest loads; a call program is loaded again without the Python
+  // frame walk; only a refused core program stops the daemon.
+  std::vector<std::string> refused;
+  bool python_walk = options.stacks;
+  for (int attempt = 0;; ++attempt) {
+    g_refusal = Refusal{};
+    auto r = open_once(options, multi, refused, python_walk);
+    if (r || attempt >= 12) return r;
+    const std::string prog = g_refusal.program;
+    const std::string why =
+        prog.empty() ? r.error().message
+                     : "the kernel's verifier refused the BPF program " + prog +
+                           (g_refusal.verifier.empty() ? "" : " (its last lines: " + g_refusal.verifier + ")");
+    const bool multi_prog = prog.size() > 6 && prog.ends_with("_multi");
+    const bool optional =
+        prog == "inflight_calls" ||
+        std::any_of(std::begin(kHostHooks), std::end(kHostHooks),
+                    [&](const HostHook& h) { return prog == h.name; });
+    const bool call_prog = prog.starts_with("cuda_") || prog.starts_with("nccl_");
+    if (multi && (multi_prog || prog.empty())) {
+      SW_LOG(kWarn) << why << "; loading again with one link per probe";
+      multi = false;
+    } else if (optional && std::find(refused.begin(), refused.end(), prog) == refused.end()) {
+      SW_LOG(kWarn) << why << "; going on without it ("
+                    << (prog == "inflight_calls" ? std::string("calls that do not return")
+                                                 : hook_measure(prog))
+                    << " will not be measured)";
+      refused.push_back(prog);
+    } else if (call_prog && python_walk) {
+      SW_LOG(kWarn) << why << "; loading again without the Python frame walk (native frames only)";
+      python_walk = false;
+    } else if (multi) {
+      SW_LOG(kWarn) << why << "; loading again with one link per probe";
+      multi = false;
+    } else {
+      return make_error(r.error().message + (prog.empty() ? "" : ": " + why), r.error().err);
+    }
   }
-  return r;
 }
 
-Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, bool multi) {
+Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, bool multi,
+                                                  const std::vector<std::string>& refused,
+                                                  bool python_walk) {
   std::unique_ptr<Tracer> t(new Tracer());
   t->skel_ = stallwatch_bpf__open();
   if (!t->skel_) return load_error("opening the BPF object failed", errno);
@@ -164,6 +255,17 @@ Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, 
     t->skel_->rodata->python_frames = false;
     SW_LOG(kWarn) << "this kernel has no bpf_loop (Linux < 5.17): call sites get native frames "
                      "only, no Python frames";
+  }
+  if (!python_walk) t->skel_->rodata->python_frames = false;
+  for (const std::string& name : refused) {
+    if (bpf_program* p = bpf_object__find_program_by_name(t->skel_->obj, name.c_str())) {
+      bpf_program__set_autoload(p, false);
+    }
+    const std::string what = hook_measure(name);
+    if (!what.empty() && std::find(t->unavailable_.begin(), t->unavailable_.end(), what) ==
+                             t->unavailable_.end()) {
+      t->unavailable_.push_back(what);
+    }
   }
   // Host hooks whose tracepoint this kernel lacks are not loaded (their measure is missing,
   // the rest works); probing BTF rather than comparing kernel versions.
@@ -203,7 +305,9 @@ Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, 
   links->fold_offcpu = bpf_program__attach_iter(progs->fold_offcpu, nullptr);
   if (!links->fold_offcpu) return load_error("attaching iter/task fold_offcpu failed", errno);
   // The task iterator over open calls: without it, hung calls are not seen (the rest works).
-  links->inflight_calls = bpf_program__attach_iter(progs->inflight_calls, nullptr);
+  links->inflight_calls = bpf_program__autoload(progs->inflight_calls)
+                              ? bpf_program__attach_iter(progs->inflight_calls, nullptr)
+                              : nullptr;
   if (!links->inflight_calls) {
     SW_LOG(kWarn) << "attaching iter/task inflight_calls failed (" << std::strerror(errno)
                   << "): calls that do not return (call_hang) will not be seen";
@@ -238,14 +342,24 @@ void Tracer::attach_host_hooks() {
     skel_->links.*h.link = link;
   }
   for (const auto& what : unavailable_) {
-    SW_LOG(kWarn) << "this kernel lacks the tracepoints for " << what
-                  << "; that evidence is missing from metrics and chains";
+    SW_LOG(kWarn) << "no " << what << " on this kernel (a tracepoint it lacks, or a program "
+                     "its verifier refused: see above); that evidence is missing from metrics "
+                     "and chains";
   }
 }
 
 Tracer::~Tracer() {
   if (rings_) ring_buffer__free(rings_);
   if (skel_) stallwatch_bpf__destroy(skel_);
+}
+
+std::vector<std::pair<std::string, bool>> Tracer::program_states() const {
+  std::vector<std::pair<std::string, bool>> out;
+  bpf_program* p = nullptr;
+  bpf_object__for_each_program(p, skel_->obj) {
+    out.emplace_back(bpf_program__name(p), bpf_program__fd(p) >= 0);
+  }
+  return out;
 }
 
 int Tracer::map_fd(const char* name) const {

@@ -57,6 +57,10 @@ class Tracer {
   bool uprobe_multi() const { return uprobe_multi_; }
   // Host hooks this kernel lacks (named by what they measure), for `check` and the log.
   const std::vector<std::string>& unavailable_hooks() const { return unavailable_; }
+  // Every program of the object and whether it is loaded now (a variant this kernel does not
+  // need, a hook whose tracepoint it lacks or a program its verifier refused: not loaded), by
+  // name: stallwatch_bpf_programs_loaded.
+  std::vector<std::pair<std::string, bool>> program_states() const;
 
   void on_outlier(OutlierHandler h) { outlier_handler_ = std::move(h); }
   void on_lib_map(LibMapHandler h) { lib_map_handler_ = std::move(h); }
@@ -80,7 +84,12 @@ class Tracer {
   LibMapHandler lib_map_handler_;
   OomKillHandler oom_kill_handler_;
   std::vector<std::string> unavailable_;
-  static Result<std::unique_ptr<Tracer>> open_once(const TracerOptions& options, bool multi);
+  // One load: without the multi-uprobe copies unless `multi`, without the programs named in
+  // `refused` (optional ones the verifier refused before), without the Python walk unless
+  // `python_walk`.
+  static Result<std::unique_ptr<Tracer>> open_once(const TracerOptions& options, bool multi,
+                                                   const std::vector<std::string>& refused,
+                                                   bool python_walk);
   bool uprobe_multi_ = false;
 };
 
