@@ -12,6 +12,7 @@ out=/mnt/stallwatch-results
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 build=$(sed -n 's/.*sw\.build=\([^ ]*\).*/\1/p' /proc/cmdline)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 for d in /tmp /run /dev/shm; do mkdir -p "$d"; mount -t tmpfs tmpfs "$d"; done
 mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
@@ -140,8 +141,7 @@ python_frames() {
   local py
   py=$(ls -d /root/.pyenv/versions/3.12.*/bin/python3 2>/dev/null | sort -V | tail -1)
   [ -n "$py" ] || { echo "SKIP: no pyenv CPython 3.12"; return 0; }
-  local script=/work/main/tests/fixtures/stacks/train_sites.py
-  [ -f "$script" ] || script=$(dirname "$build")/tests/fixtures/stacks/train_sites.py
+  local script=$repo/tests/fixtures/stacks/train_sites.py
   mkdir -p /sys/fs/cgroup/sw-py
   (echo "$BASHPID" > /sys/fs/cgroup/sw-py/cgroup.procs
    export MOCK_CUDA_SYNC_SLEEP_US=3000 MOCK_CUDA_SYNC_CPU_US=0
