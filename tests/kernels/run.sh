@@ -43,7 +43,7 @@ else
   kernels=("$(newest '^linux-image-6\.1\.0-[0-9]+-amd64$')" "$(newest '^linux-image-6\.12\.[0-9]+\+deb12-amd64$')")
 fi
 
-# TCG unless told otherwise: on the development VM (a Firecracker guest) /dev/kvm opens, but a
+# TCG unless told otherwise: on the development VM (itself a guest) /dev/kvm opens, but a
 # nested guest does not run. With -cpu host qemu aborts ("failed to set MSR 0x10a": the
 # hypervisor refuses IA32_ARCH_CAPABILITIES); with that feature off, or -cpu kvm64, the guest
 # stops right after the kernel's decompressor and prints nothing more. STALLWATCH_KERNEL_ACCEL=kvm
