@@ -320,10 +320,8 @@ void GpuMonitor::map_processes(GpuSnapshot& snap, const std::vector<int>& pids) 
   }
   for (int pid : pids) {
     std::vector<unsigned> gpus;
-    bool listed = false;
     for (const auto& g : snap.gpus) {
       if (!g.last.pids_known) continue;
-      listed = listed || !g.last.pids.empty();
       if (std::find(g.last.pids.begin(), g.last.pids.end(), pid) != g.last.pids.end()) {
         gpus.push_back(g.last.index);
       }
@@ -334,7 +332,6 @@ void GpuMonitor::map_processes(GpuSnapshot& snap, const std::vector<int>& pids) 
         if (auto it = by_minor.find(minor); it != by_minor.end()) gpus.push_back(it->second);
       }
     }
-    (void)listed;
     if (!gpus.empty()) snap.process_gpus[pid] = std::move(gpus);
   }
 }

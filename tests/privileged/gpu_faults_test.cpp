@@ -54,17 +54,7 @@ void kmsg(const std::string& line) {
 
 std::vector<Json> chains_json(const Daemon& d, const std::string& kind, const std::string& cgroup,
                               std::string* raw) {
-  std::string out;
-  run_command({STALLWATCH_BIN, "explain", "--db", d.db_path(), "--since", "1h", "--json"}, &out,
-              30s);
-  *raw = out;
-  std::vector<Json> chains;
-  const Json doc = Json::parse(out, nullptr, false);
-  if (doc.is_discarded() || !doc.contains("chains")) return chains;
-  for (const auto& c : doc["chains"]) {
-    if (c["kind"] == kind && c["cgroup"] == cgroup) chains.push_back(c);
-  }
-  return chains;
+  return explain_chain_objects(d, kind, cgroup, raw);
 }
 
 class GpuFaults : public ::testing::Test {

@@ -37,17 +37,7 @@ std::string unique(const std::string& name) {
 // The call_hang chains of `cgroup` explain reports, as JSON objects.
 std::vector<Json> hang_chains(const Daemon& d, const std::string& cgroup,
                               std::string* raw = nullptr) {
-  std::string out;
-  run_command({STALLWATCH_BIN, "explain", "--db", d.db_path(), "--since", "1h", "--json"}, &out,
-              30s);
-  if (raw) *raw = out;
-  std::vector<Json> chains;
-  const Json doc = Json::parse(out, nullptr, false);
-  if (doc.is_discarded() || !doc.contains("chains")) return chains;
-  for (const auto& c : doc["chains"]) {
-    if (c["kind"] == "call_hang" && c["cgroup"] == cgroup) chains.push_back(c);
-  }
-  return chains;
+  return explain_chain_objects(d, "call_hang", cgroup, raw);
 }
 
 double evidence(const Json& chain, const std::string& name) {

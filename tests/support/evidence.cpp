@@ -32,6 +32,21 @@ bool wait_traced(const Daemon& daemon, const std::string& cgroup, std::chrono::s
       limit);
 }
 
+std::vector<Json> explain_chain_objects(const Daemon& daemon, const std::string& kind,
+                                        const std::string& cgroup, std::string* raw) {
+  std::string out;
+  run_command({STALLWATCH_BIN, "explain", "--db", daemon.db_path(), "--since", "1h", "--json"},
+              &out, std::chrono::seconds(30));
+  if (raw) *raw = out;
+  std::vector<Json> chains;
+  const Json doc = Json::parse(out, nullptr, false);
+  if (doc.is_discarded() || !doc.contains("chains")) return chains;
+  for (const auto& c : doc["chains"]) {
+    if (c["kind"] == kind && c["cgroup"] == cgroup) chains.push_back(c);
+  }
+  return chains;
+}
+
 std::vector<ChainInfo> explain_chains(const Daemon& daemon, std::string* raw) {
   std::string out;
   run_command({STALLWATCH_BIN, "explain", "--db", daemon.db_path(), "--since", "1h", "--json"},

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/json.h"
 #include "support/harness.h"
 
 namespace stallwatch::test {
@@ -31,6 +32,9 @@ struct ChainInfo {
 };
 // Runs `stallwatch explain --db <daemon's db> --since 1h --json`; *raw gets its output.
 std::vector<ChainInfo> explain_chains(const Daemon& daemon, std::string* raw = nullptr);
+// The chains of `kind` and `cgroup` in that output, parsed whole (evidence, root cause, ...).
+std::vector<Json> explain_chain_objects(const Daemon& daemon, const std::string& kind,
+                                        const std::string& cgroup, std::string* raw = nullptr);
 // The chains of exactly this kind and cgroup label.
 std::vector<ChainInfo> chains_of(const std::vector<ChainInfo>& chains, const std::string& kind,
                                  const std::string& cgroup);
