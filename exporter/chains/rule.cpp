@@ -129,6 +129,18 @@ const GpuWindow* WindowContext::held_gpu(const ProcessWindow& p, double min_shar
   return best;
 }
 
+std::optional<std::vector<unsigned>> WindowContext::shared_gpus(int a, int b) const {
+  const auto ia = view.process_gpus.find(a);
+  const auto ib = view.process_gpus.find(b);
+  if (ia == view.process_gpus.end() || ib == view.process_gpus.end()) return std::nullopt;
+  if (ia->second.empty() || ib->second.empty()) return std::nullopt;
+  std::vector<unsigned> out;
+  for (unsigned g : ia->second) {
+    if (std::find(ib->second.begin(), ib->second.end(), g) != ib->second.end()) out.push_back(g);
+  }
+  return out;
+}
+
 std::vector<const host::XidEvent*> WindowContext::xids_of(int pid,
                                                           std::int64_t since_unix_ns) const {
   std::vector<const host::XidEvent*> out;

@@ -113,6 +113,10 @@ struct WindowContext {
   // Of those, the one whose SM clock was held down the largest share of the window, at least
   // `min_share` of it with samples over at least a quarter of it; null when none.
   const GpuWindow* held_gpu(const ProcessWindow& p, double min_share) const;
+  // The GPUs both processes used this window; nullopt when the mapping does not know one of
+  // them (no NVML, or a process NVML does not list and that holds no /dev/nvidiaN open), so
+  // that callers can tell "different GPUs" from "unknown".
+  std::optional<std::vector<unsigned>> shared_gpus(int a, int b) const;
   // Xid errors on a GPU the process uses, or naming its PID, oldest first: those read this
   // window (`since_unix_ns` < 0), else those logged at or after it (of the monitor's latest
   // host::kMaxXidKept).

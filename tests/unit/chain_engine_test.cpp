@@ -9,6 +9,7 @@
 // No root, no GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -26,6 +27,7 @@
 #include "trace/snapshot.h"
 #include "demo/scenarios.h"
 #include "demo/synthetic.h"
+#include "host/nvml.h"
 #include "metrics/http_server.h"
 #include "store/records.h"
 #include "trace/calls.h"
@@ -210,6 +212,52 @@ TEST(ChainScenarios, PeriodicSpikeOpensAtTheSecondSpike) {
   EXPECT_TRUE(last.open);
   EXPECT_EQ(last.evidence_value("spikes"), 3);
   EXPECT_EQ(run.windows.back().changed.size(), 1u);
+}
+
+// The gpu-steal scenario on a two-GPU node whose process-to-GPU mapping is known: with the
+// inference server on the job's GPU it is named (as sharing that GPU); on the other GPU it
+// cannot be the cause, and no gpu_contention opens (eight ranks on eight GPUs, one slowing for
+// its own reasons, never blame the other seven).
+TEST(ChainScenarios, GpuContentionNamesOnlyProcessesOnTheSameGpu) {
+  for (const bool same_gpu : {true, false}) {
+    SCOPED_TRACE(same_gpu ? "same GPU" : "other GPU");
+    auto s = demo::make_scenario("gpu-steal");
+    ASSERT_TRUE(s.has_value());
+    Driver d;
+    for (const auto& phase : s->phases) {
+      for (int i = 0; i < phase.windows; i++) {
+        d.step([&](demo::SyntheticHost& h, std::int64_t end) {
+          phase.step(h, i, end, d.window_ns);
+          for (unsigned g : {0u, 1u}) {
+            host::GpuReading r;
+            r.index = g;
+            r.pids_known = true;
+            if (g == 0) r.pids.push_back(8100);
+            if ((g == 0) == same_gpu) r.pids.push_back(8400);
+            h.gpu(r, 0, d.window_ns);
+          }
+        });
+      }
+    }
+    std::vector<Chain> opened;  // each chain's first report
+    for (const auto& c : d.all) {
+      const bool seen = std::any_of(opened.begin(), opened.end(),
+                                    [&](const Chain& o) { return o.id == c.id; });
+      if (!seen) opened.push_back(c);
+    }
+    if (!same_gpu) {
+      EXPECT_TRUE(opened.empty()) << opened.front().summary;
+      continue;
+    }
+    ASSERT_EQ(opened.size(), 1u);
+    EXPECT_EQ(opened[0].kind, Kind::kGpuContention);
+    ASSERT_FALSE(opened[0].contributors.empty());
+    EXPECT_EQ(opened[0].contributors[0].pid, 8400);
+    EXPECT_EQ(opened[0].contributors[0].role, "CUDA process, other workload, same GPU");
+    EXPECT_NE(opened[0].root_cause.find("1 other CUDA process on GPU 0 (tritonserver PID 8400"),
+              std::string::npos)
+        << opened[0].root_cause;
+  }
 }
 
 TEST(ChainScenarios, GpuStealIsGpuContentionNotCpu) {

@@ -2,6 +2,7 @@
 // processes are active and nothing on the host explains it, nor a GPU clock held down
 // (gpu_throttle). docs/chains.md.
 #include <algorithm>
+#include <set>
 
 #include "chains/call_classes.h"
 #include "chains/format.h"
@@ -40,9 +41,20 @@ class GpuContention : public Rule {
 
   void process(const WindowContext& ctx, const ProcessWindow& p,
                std::vector<Finding>& out) override {
+    // Other CUDA processes that may share its GPU: where the process-to-GPU mapping knows both
+    // and their GPUs differ (eight ranks on eight GPUs), the other cannot be the cause.
     std::vector<const ProcessWindow*> others;
+    std::set<unsigned> shared;
+    std::size_t elsewhere = 0;
     for (const auto& q : ctx.view.processes) {
-      if (q.pid != p.pid && !q.calls.empty()) others.push_back(&q);
+      if (q.pid == p.pid || q.calls.empty()) continue;
+      const auto gpus = ctx.shared_gpus(p.pid, q.pid);
+      if (gpus && gpus->empty()) {
+        ++elsewhere;
+        continue;
+      }
+      if (gpus) shared.insert(gpus->begin(), gpus->end());
+      others.push_back(&q);
     }
     if (others.empty()) return;
     // Its GPU's clock held down: gpu_throttle's to explain, not the other processes'.
@@ -90,18 +102,26 @@ class GpuContention : public Rule {
       for (const auto& [id, t] : q->calls) calls += t.count;
       other_calls += calls;
       if (c.contributors.size() < 5) {
-        c.contributors.push_back(Contributor{
-            q->comm, q->pid, q->cgroup,
-            q->cgroup == p.cgroup ? "CUDA process, same workload" : "CUDA process, other workload",
-            q->cuda_ns(), calls, {}});
+        const auto gpus = ctx.shared_gpus(p.pid, q->pid);
+        std::string role =
+            q->cgroup == p.cgroup ? "CUDA process, same workload" : "CUDA process, other workload";
+        if (gpus) role += ", same GPU";
+        c.contributors.push_back(Contributor{q->comm, q->pid, q->cgroup, std::move(role),
+                                             q->cuda_ns(), calls, {}});
       }
     }
     c.evidence = {{"other_cuda_processes", static_cast<double>(others.size())},
                   {"other_cuda_calls", static_cast<double>(other_calls)},
                   {"call_runnable_share", call_share},
                   {"thread_runnable_share", thread_share}};
+    if (elsewhere > 0) {
+      c.evidence.push_back({"cuda_processes_on_other_gpus", static_cast<double>(elsewhere)});
+    }
+    std::string on_gpu;
+    for (unsigned g : shared) on_gpu += (on_gpu.empty() ? " on GPU " : ", ") + std::to_string(g);
     c.root_cause = std::to_string(others.size()) + " other CUDA process" +
-                   (others.size() == 1 ? "" : "es") + " (" + c.contributors[0].comm + " PID " +
+                   (others.size() == 1 ? "" : "es") + on_gpu + " (" + c.contributors[0].comm +
+                   " PID " +
                    std::to_string(c.contributors[0].pid) + " first) issued " +
                    thousands(other_calls) + " CUDA calls in the window while " + p.comm + " (PID " +
                    std::to_string(p.pid) +
