@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/strings.h"
+#include "host/nvml.h"
 #include "metrics/otlp/pusher.h"
 #include "store/store.h"
 #include "trace/calls.h"
@@ -43,6 +44,50 @@ std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const chains:
   }
   return out;
 }
+
+namespace {
+
+// Each GPU of the window for the store (gpu_windows): explain's GPU context.
+std::vector<store::GpuRow> gpu_rows(const chains::WindowView& view) {
+  std::vector<store::GpuRow> out;
+  for (const auto& g : view.gpus) {
+    const host::GpuReading& r = g.last;
+    store::GpuRow row;
+    row.gpu = r.index;
+    row.uuid = r.uuid;
+    row.name = r.name;
+    if (r.clocks_known) {
+      row.sm_clock_mhz = static_cast<int>(r.sm_clock_mhz);
+      row.sm_clock_max_mhz = static_cast<int>(r.sm_clock_max_mhz);
+    }
+    row.held_share = g.held_share();
+    if (g.held_ns > 0) row.held_clock_mhz = g.held_clock_mhz;
+    std::uint64_t top = 0;
+    for (size_t k = 0; k < host::kClockReasons.size(); ++k) {
+      if (host::kClockReasons[k].held && g.reason_ns[k] > top) {
+        top = g.reason_ns[k];
+        row.top_reason = std::string(host::kClockReasons[k].name);
+      }
+    }
+    if (top > 0 && g.sampled_ns > 0) {
+      row.top_reason_share = static_cast<double>(top) / static_cast<double>(g.sampled_ns);
+    }
+    if (r.temperature_c > 0) row.temperature_c = static_cast<int>(r.temperature_c);
+    if (r.power_known) {
+      row.power_w = r.power_w;
+      row.power_limit_w = r.power_limit_w;
+    }
+    for (const auto& x : view.new_xids) {
+      if (x.gpu == static_cast<int>(r.index) && row.xid_codes.size() < 64) {
+        row.xid_codes.push_back(x.code);
+      }
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+}  // namespace
 
 Pipeline::Pipeline(PipelineOptions options, metrics::SnapshotBoard& board, store::Store* store)
     : options_(options),
@@ -87,6 +132,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
         batch.sites.push_back(std::move(row));
       }
     }
+    batch.gpus = gpu_rows(view);
     batch.processes = std::move(view.processes);
     const auto calls = trace::all_calls();
     for (const auto& [label, s] : snap->series) {

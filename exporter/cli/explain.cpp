@@ -141,6 +141,27 @@ std::string render_explain_json(const Report& r) {
                 num_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0)},
                {"cpu_steal", num_or_null(round4(h.cpu_steal), h.cpu_steal >= 0)},
                {"cpu_irq", num_or_null(round4(h.cpu_irq), h.cpu_irq >= 0)}};
+  Json& gpus = o["host"]["gpus"] = Json::array();
+  for (const auto& g : h.gpus) {
+    Json xids = Json::array();
+    for (const auto& [code, n] : g.xids) xids.push_back({{"xid", code}, {"errors", n}});
+    gpus.push_back(
+        {{"gpu", g.gpu},
+         {"uuid", g.uuid},
+         {"name", g.name},
+         {"windows", g.windows},
+         {"sm_clock_mhz", num_or_null(std::round(g.sm_clock_mhz), g.sm_clock_mhz >= 0)},
+         {"sm_clock_min_mhz", num_or_null(std::round(g.sm_clock_min_mhz), g.sm_clock_min_mhz >= 0)},
+         {"sm_clock_max_mhz", num_or_null(std::round(g.sm_clock_max_mhz), g.sm_clock_max_mhz >= 0)},
+         {"held_share", round4(g.held_share)},
+         {"top_reason", g.top_reason.empty() ? Json(nullptr) : Json(g.top_reason)},
+         {"top_reason_share", round4(g.top_reason_share)},
+         {"temperature_max_c", num_or_null(g.temperature_max_c, g.temperature_max_c >= 0)},
+         {"power_max_w", num_or_null(round4(g.power_max_w), g.power_max_w >= 0)},
+         {"power_limit_w", num_or_null(round4(g.power_limit_w), g.power_limit_w >= 0)},
+         {"power_limit_min_w", num_or_null(round4(g.power_limit_min_w), g.power_limit_min_w >= 0)},
+         {"xids", std::move(xids)}});
+  }
   Json& chains = o["chains"] = Json::array();
   for (const auto& c : r.chains) chains.push_back(json_chain(c));
   Json& traced = o["traced"] = Json::array();

@@ -358,6 +358,61 @@ std::string utc_datetime(std::int64_t unix_ns) {
 
 std::string rfc3339(std::int64_t unix_ns) { return strftime_utc(unix_ns, "%Y-%m-%dT%H:%M:%SZ"); }
 
+namespace {
+
+// One line per GPU under the System context (at most 16, then how many more): its SM clock
+// against its maximum, the share of the period its clock was held down and why, temperature,
+// power against its limit, Xid errors by code.
+void render_gpus(std::string& out, const std::vector<store::GpuSummary>& gpus) {
+  constexpr size_t kShown = 16;
+  for (size_t i = 0; i < gpus.size() && i < kShown; ++i) {
+    const auto& g = gpus[i];
+    std::string line = "GPU " + std::to_string(g.gpu);
+    if (!g.name.empty()) line += " " + escape_line(g.name);
+    std::vector<std::string> parts;
+    if (g.sm_clock_mhz >= 0 && g.sm_clock_max_mhz > 0) {
+      parts.push_back("SM " + thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_mhz))) +
+                      " of " +
+                      thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_max_mhz))) +
+                      " MHz");
+    }
+    std::string held = "held " + percent(g.held_share);
+    if (!g.top_reason.empty() && g.held_share > 0) held += " (" + escape_line(g.top_reason) + ")";
+    parts.push_back(held);
+    if (g.temperature_max_c >= 0) {
+      parts.push_back(std::to_string(std::lround(g.temperature_max_c)) + " C max");
+    }
+    if (g.power_max_w >= 0) {
+      const long lo = std::lround(g.power_limit_min_w), hi = std::lround(g.power_limit_w);
+      std::string power = std::to_string(std::lround(g.power_max_w));
+      if (g.power_limit_w > 0 && lo > 0 && lo != hi) {
+        power += " W max, limit " + std::to_string(lo) + " to " + std::to_string(hi) + " W";
+      } else if (g.power_limit_w > 0) {
+        power += " of " + std::to_string(hi) + " W max";
+      } else {
+        power += " W max";
+      }
+      parts.push_back(power);
+    }
+    if (!g.xids.empty()) {
+      std::string x = "Xid";
+      for (size_t k = 0; k < g.xids.size(); ++k) {
+        x += (k ? ", " : " ") + std::to_string(g.xids[k].first) + " x" +
+             thousands(g.xids[k].second);
+      }
+      parts.push_back(x);
+    }
+    line += ":";
+    for (size_t k = 0; k < parts.size(); ++k) line += (k ? " | " : " ") + parts[k];
+    out += line + "\n";
+  }
+  if (gpus.size() > kShown) {
+    out += "(" + std::to_string(gpus.size() - kShown) + " more GPUs: explain --json lists all)\n";
+  }
+}
+
+}  // namespace
+
 std::string render_explain_text(const Report& r) {
   const std::int64_t now = r.query.now_ns, start = now - r.query.since_ns;
   const std::string last = "last " + format_duration(std::chrono::nanoseconds(r.query.since_ns));
@@ -380,7 +435,9 @@ std::string render_explain_text(const Report& r) {
          or_na(h.swap_used_bytes, human_bytes(h.swap_used_bytes)) +
          (h.cpu_steal >= 0 ? " | Steal " + percent(h.cpu_steal) : "") +
          (h.cpu_irq >= 0 ? " | IRQ " + percent(h.cpu_irq) : "") + "  (mean of " +
-         thousands(h.windows) + (h.windows == 1 ? " window)\n\n" : " windows)\n\n");
+         thousands(h.windows) + (h.windows == 1 ? " window)\n" : " windows)\n");
+  render_gpus(out, h.gpus);
+  out += "\n";
 
   if (r.chains.empty()) {
     out +=

@@ -105,8 +105,9 @@ Scenario gpu_xid() {
   s.phases.push_back(
       {"NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus; cudaStreamSynchronize "
        "waits forever, asleep",
-       8, [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
-         if (*since == 0) {
+       8, [=](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {
+         // At the phase's first window, each run (a scenario object may be run more than once).
+         if (i == 0) {
            *since = now - w;
            h.xid(0, 79, "pid=3200, name=python3, GPU has fallen off the bus.", now - w / 2, pid);
          }

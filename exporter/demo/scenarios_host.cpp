@@ -155,7 +155,8 @@ Scenario nccl_hang() {
              "that never entered the collective (the demo's hang threshold is 5s)",
              {},
              1};
-  // When the waiting ranks entered the all-reduce that never completes (unix ns, set once).
+  // When the waiting ranks entered the all-reduce that never completes (unix ns, set at the
+  // phase's first window).
   auto entered = std::make_shared<std::int64_t>(0);
   auto ranks = [](SyntheticHost& h, std::int64_t now, std::int64_t w, bool calls) {
     for (int rank = 0; rank < 4; rank++) {
@@ -175,9 +176,9 @@ Scenario nccl_hang() {
   s.phases.push_back(
       {"rank 2's DataLoader deadlocks before the next step: ranks 0, 1 and 3 enter "
        "ncclAllReduce and wait for it, asleep; every GPU still reads busy",
-       8, [=](SyntheticHost& h, int, std::int64_t now, std::int64_t w) {
+       8, [=](SyntheticHost& h, int i, std::int64_t now, std::int64_t w) {
          ranks(h, now, w, false);
-         if (*entered == 0) *entered = now - w;
+         if (i == 0) *entered = now - w;  // each run's own (a scenario may be run again)
          for (int rank : {0, 1, 3}) {
            InflightCall c;
            c.tid = 2800 + rank + 40;

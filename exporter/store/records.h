@@ -57,6 +57,24 @@ struct SiteRow {
   chains::CallSite site;  // share unused
 };
 
+// One GPU over one window (gpu_windows), as the window view saw it (chains/window.h): context
+// for explain. Strings come escaped from the GPU monitor. -1: not read.
+struct GpuRow {
+  unsigned gpu = 0;  // NVML index
+  std::string uuid;
+  std::string name;
+  int sm_clock_mhz = -1;  // the window's latest reading
+  int sm_clock_max_mhz = -1;
+  double held_share = 0;       // of the sampled time, clock held down (host::held_reasons)
+  double held_clock_mhz = -1;  // mean SM clock while held
+  std::string top_reason;      // kClockReasons name that held it longest; "" when never held
+  double top_reason_share = 0;
+  int temperature_c = -1;
+  double power_w = -1;
+  double power_limit_w = -1;
+  std::vector<int> xid_codes;  // Xid errors read this window on this GPU, in order
+};
+
 struct WindowBatch {
   std::int64_t end_ns = 0;     // unix time the window ended: the rows' ts_ns
   std::int64_t window_ns = 0;
@@ -67,6 +85,7 @@ struct WindowBatch {
   std::vector<chains::Chain> chains;             // opened, updated or closed this window
   std::vector<Inflight> inflight;                // calls open at the window's end
   std::vector<SiteRow> sites;                    // call sites of the window's outliers
+  std::vector<GpuRow> gpus;                      // empty without NVML
 
   size_t rows() const;
 };

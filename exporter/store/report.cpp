@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -112,6 +113,68 @@ std::uint64_t u64(const Stmt& st, int col) {
   return v > 0 ? static_cast<std::uint64_t>(v) : 0;
 }
 
+// Each GPU over the period, host-wide (a GPU is no cgroup's): readings, the reason that held its
+// clock longest, Xid codes counted.
+Result<Ok> load_gpus(sqlite3* db, const ReportQuery& q, std::vector<GpuSummary>& out) {
+  auto st = prepare_period(
+      db,
+      "SELECT gpu, max(uuid), max(name), count(*), avg(sm_clock_mhz), min(sm_clock_mhz), "
+      "max(sm_clock_max_mhz), avg(held_share), max(temperature_c), max(power_w), "
+      "max(power_limit_w), group_concat(xid_codes), min(power_limit_w) FROM gpu_windows "
+      "WHERE ts_ns > ?1 AND ts_ns <= ?2 GROUP BY gpu ORDER BY gpu LIMIT 64",
+      q, "");
+  if (!st) return st.error();
+  int rc;
+  while ((rc = st->step()) == SQLITE_ROW) {
+    GpuSummary g;
+    g.gpu = static_cast<unsigned>(st->int64(0));
+    g.uuid = st->is_null(1) ? "" : st->text(1);
+    g.name = st->is_null(2) ? "" : st->text(2);
+    g.windows = u64(*st, 3);
+    g.sm_clock_mhz = null_or(*st, 4, -1);
+    g.sm_clock_min_mhz = null_or(*st, 5, -1);
+    g.sm_clock_max_mhz = null_or(*st, 6, -1);
+    g.held_share = null_or(*st, 7, 0);
+    g.temperature_max_c = null_or(*st, 8, -1);
+    g.power_max_w = null_or(*st, 9, -1);
+    g.power_limit_w = null_or(*st, 10, -1);
+    g.power_limit_min_w = null_or(*st, 12, -1);
+    std::map<int, std::uint64_t> codes;
+    if (!st->is_null(11)) {
+      const std::string text = st->text(11);
+      const char* p = text.data();
+      const char* end = p + text.size();
+      while (p < end) {
+        int code = 0;
+        const auto [next, ec] = std::from_chars(p, end, code);
+        if (ec == std::errc()) ++codes[code];
+        p = std::find(next, end, ',');
+        if (p < end) ++p;
+      }
+    }
+    g.xids.assign(codes.begin(), codes.end());
+    out.push_back(std::move(g));
+  }
+  if (rc != SQLITE_DONE) return make_error(db_error(db), rc);
+  auto top = prepare_period(
+      db,
+      "SELECT gpu, top_reason, sum(top_reason_share) FROM gpu_windows "
+      "WHERE ts_ns > ?1 AND ts_ns <= ?2 AND top_reason IS NOT NULL "
+      "GROUP BY gpu, top_reason ORDER BY gpu, 3 DESC, top_reason",
+      q, "");
+  if (!top) return top.error();
+  while ((rc = top->step()) == SQLITE_ROW) {
+    const auto gpu = static_cast<unsigned>(top->int64(0));
+    for (auto& g : out) {
+      if (g.gpu != gpu || !g.top_reason.empty() || g.windows == 0) continue;
+      g.top_reason = top->text(1);
+      g.top_reason_share = top->real(2) / static_cast<double>(g.windows);
+    }
+  }
+  if (rc != SQLITE_DONE) return make_error(db_error(db), rc);
+  return Ok{};
+}
+
 Result<Ok> load_host(sqlite3* db, const ReportQuery& q, HostSummary& h) {
   auto st = prepare_period(
       db,
@@ -134,6 +197,7 @@ Result<Ok> load_host(sqlite3* db, const ReportQuery& q, HostSummary& h) {
   h.swap_used_bytes = null_or(*st, 7, -1);
   h.cpu_steal = null_or(*st, 8, -1);
   h.cpu_irq = null_or(*st, 9, -1);
+  if (auto g = load_gpus(db, q, h.gpus); !g) return g.error();
   auto newest = Stmt::prepare(db, "SELECT max(ts_ns) FROM windows");
   if (!newest) return newest.error();
   if (newest->step() != SQLITE_ROW) return make_error(db_error(db));

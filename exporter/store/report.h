@@ -63,6 +63,25 @@ struct ReportQuery {
 };
 
 // The windows table over the period. Averages skip windows where the value is unknown.
+// One GPU over the period (gpu_windows, schema 10): explain's GPU context. -1: never read.
+struct GpuSummary {
+  unsigned gpu = 0;
+  std::string uuid;  // as stored (escaped by the monitor)
+  std::string name;
+  std::uint64_t windows = 0;
+  double sm_clock_mhz = -1;  // mean of the windows' latest readings
+  double sm_clock_min_mhz = -1;
+  double sm_clock_max_mhz = -1;  // the GPU's maximum
+  double held_share = 0;         // mean over the windows
+  std::string top_reason;        // the reason that held it longest; "" when never held
+  double top_reason_share = 0;   // of the period's windows, mean
+  double temperature_max_c = -1;
+  double power_max_w = -1;
+  double power_limit_w = -1;     // the largest enforced limit seen
+  double power_limit_min_w = -1;  // and the smallest (a limit lowered during the period)
+  std::vector<std::pair<int, std::uint64_t>> xids;  // code, errors; by code
+};
+
 struct HostSummary {
   std::string hostname;       // filled by the caller; the database does not record it
   std::uint64_t windows = 0;  // windows that ended in the period
@@ -76,6 +95,7 @@ struct HostSummary {
   double swap_used_bytes = -1;
   double cpu_steal = -1;  // 0..1, mean over the CPUs, -1 unknown
   double cpu_irq = -1;
+  std::vector<GpuSummary> gpus;  // by index; empty without NVML
 };
 
 // A chain row as stored; kind and severities stay strings so that a newer daemon's kinds

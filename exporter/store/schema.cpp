@@ -132,6 +132,18 @@ CREATE INDEX outlier_sites_ts ON outlier_sites(ts_ns);
 ALTER TABLE windows ADD COLUMN cpu_steal REAL;
 ALTER TABLE windows ADD COLUMN cpu_irq REAL;
 )sql",
+    // 9 → 10: each GPU per window (issue 39's readings as context for explain): its latest SM
+    // clock against its maximum, the share of the window its clock was held down and the
+    // reason that held it most, temperature, power against the limit, and the window's Xid
+    // codes ("79,13", one per error).
+    R"sql(
+CREATE TABLE gpu_windows(
+  ts_ns INTEGER NOT NULL, gpu INTEGER NOT NULL, uuid TEXT, name TEXT, sm_clock_mhz INTEGER,
+  sm_clock_max_mhz INTEGER, held_share REAL NOT NULL, held_clock_mhz REAL, top_reason TEXT,
+  top_reason_share REAL, temperature_c INTEGER, power_w REAL, power_limit_w REAL,
+  xids INTEGER NOT NULL, xid_codes TEXT,
+  PRIMARY KEY(ts_ns, gpu)) WITHOUT ROWID;
+)sql",
 };
 
 }  // namespace

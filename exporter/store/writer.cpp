@@ -112,6 +112,12 @@ constexpr const char* kSiteSql =
     "function, file, line, folded, frames) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, "
     "?12, ?13, ?14)";
 
+constexpr const char* kGpuSql =
+    "INSERT OR REPLACE INTO gpu_windows(ts_ns, gpu, uuid, name, sm_clock_mhz, sm_clock_max_mhz, "
+    "held_share, held_clock_mhz, top_reason, top_reason_share, temperature_c, power_w, "
+    "power_limit_w, xids, xid_codes) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+    "?13, ?14, ?15)";
+
 constexpr const char* kChainSql =
     "INSERT INTO chains(id, kind, severity, peak, open, cgroup, container_id, pod_uid, pid, "
     "comm, call, api, p50_s, p99_s, baseline_p50_s, baseline_p99_s, ratio, opened_ns, "
@@ -153,6 +159,15 @@ void bind_known(Stmt& st, int i, double v, bool known) {
   }
 }
 
+// A count or reading that is -1 when unknown.
+void bind_int_known(Stmt& st, int i, int v) {
+  if (v >= 0) {
+    st.bind(i, std::int64_t{v});
+  } else {
+    st.bind_null(i);
+  }
+}
+
 }  // namespace
 
 std::string contributors_json(const std::vector<chains::Contributor>& contributors) {
@@ -189,7 +204,7 @@ Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
       {&w.processes_, kProcessSql},       {&w.process_windows_, kProcessWindowSql},
       {&w.call_windows_, kCallWindowSql}, {&w.preemptors_, kPreemptorSql},
       {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
-      {&w.sites_, kSiteSql},
+      {&w.sites_, kSiteSql},              {&w.gpus_, kGpuSql},
       {&w.inflight_, kInflightSql},       {&w.memory_, kMemorySql},
       {&w.call_rollups_, kCallRollupSql}, {&w.process_rollups_, kProcessRollupSql},
       {&w.preemptor_rollups_, kPreemptorRollupSql}, {&w.rollup_start_, kRollupStartSql},
@@ -376,6 +391,26 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
     sites_.bind(13, s.site.folded());
     sites_.bind(14, dump_json(chains::sites_to_json({s.site})[0]));
     if (auto r = done(sites_); !r) return r;
+  }
+
+  for (const auto& g : b.gpus) {
+    gpus_.bind(1, b.end_ns).bind(2, std::int64_t{g.gpu});
+    bind_opt(gpus_, 3, g.uuid);
+    bind_opt(gpus_, 4, g.name);
+    bind_int_known(gpus_, 5, g.sm_clock_mhz);
+    bind_int_known(gpus_, 6, g.sm_clock_max_mhz);
+    gpus_.bind(7, g.held_share);
+    bind_known(gpus_, 8, g.held_clock_mhz, g.held_clock_mhz >= 0);
+    bind_opt(gpus_, 9, g.top_reason);
+    bind_known(gpus_, 10, g.top_reason_share, !g.top_reason.empty());
+    bind_int_known(gpus_, 11, g.temperature_c);
+    bind_known(gpus_, 12, g.power_w, g.power_w >= 0);
+    bind_known(gpus_, 13, g.power_limit_w, g.power_limit_w >= 0);
+    gpus_.bind(14, static_cast<std::int64_t>(g.xid_codes.size()));
+    std::string codes;
+    for (int x : g.xid_codes) codes += (codes.empty() ? "" : ",") + std::to_string(x);
+    bind_opt(gpus_, 15, codes);
+    if (auto r = done(gpus_); !r) return r;
   }
 
   for (const auto& c : b.chains) {

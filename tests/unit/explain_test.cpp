@@ -611,6 +611,66 @@ TEST_F(ExplainTest, PerProcessQuantilesComeFromMergedHistograms) {
   EXPECT_EQ(r.processes[0].worst_stall_ns, 100000000u);
 }
 
+// Schema 10: each GPU's windows under the System context, host-wide: the mean SM clock against
+// its maximum, the held share and the reason that held it longest, temperature, power against
+// a limit lowered during the period, Xid errors counted by code; a driver's name escaped.
+TEST_F(ExplainTest, GpuContextSummarisesEachGpu) {
+  TestDb db(path);
+  struct Row {
+    int gpu;
+    const char* name;
+    int clock;
+    double held;
+    const char* reason;
+    int temp;
+    double watts, limit;
+    const char* xids;
+  };
+  const Row rows[] = {
+      {0, "NVIDIA H100 80GB HBM3", 1980, 0, nullptr, 66, 560, 700, nullptr},
+      {0, "NVIDIA H100 80GB HBM3", 1200, 0.85, "sw_power_cap", 71, 400, 400, "79"},
+      {0, "NVIDIA H100 80GB HBM3", 1200, 0.85, "sw_power_cap", 70, 400, 400, "79,13"},
+      {1, "evil\x1b[31mGPU", 1980, 0.1, "hw_thermal_slowdown", 90, 300, 700, nullptr},
+  };
+  int i = 0;
+  for (const auto& r : rows) {
+    const std::int64_t ts = kNow - kHour / 2 + (i++ % 3) * kWindow;
+    if (r.gpu == 0) db.window(ts, 0.5, 0.5, 1, 8, 0);
+    db.sql("INSERT INTO gpu_windows(ts_ns, gpu, uuid, name, sm_clock_mhz, sm_clock_max_mhz, "
+           "held_share, top_reason, top_reason_share, temperature_c, power_w, power_limit_w, "
+           "xids, xid_codes) VALUES(" +
+           std::to_string(ts) + ", " + std::to_string(r.gpu) + ", 'GPU-" + std::to_string(r.gpu) +
+           "', '" + r.name + "', " + std::to_string(r.clock) + ", 1980, " +
+           std::to_string(r.held) + ", " + (r.reason ? "'" + std::string(r.reason) + "'" : "NULL") +
+           ", " + std::to_string(r.held) + ", " + std::to_string(r.temp) + ", " +
+           std::to_string(r.watts) + ", " + std::to_string(r.limit) + ", " +
+           (r.xids ? std::to_string(std::string(r.xids).size() > 2 ? 2 : 1) : "0") + ", " +
+           (r.xids ? "'" + std::string(r.xids) + "'" : "NULL") + ")");
+  }
+  const Report report = load(db.get(), hour());
+  const std::string text = cli::render_explain_text(report);
+  EXPECT_NE(text.find("GPU 0 NVIDIA H100 80GB HBM3: SM 1,460 of 1,980 MHz | held 56.7% "
+                      "(sw_power_cap) | 71 C max | 560 W max, limit 400 to 700 W | Xid 13 x1, "
+                      "79 x2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("GPU 1 evil\\x1b[31mGPU: SM 1,980 of 1,980 MHz | held 10.0% "
+                      "(hw_thermal_slowdown) | 90 C max | 300 of 700 W max\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  const std::string json = cli::render_explain_json(report);
+  EXPECT_EQ(json_path(json, "$.host.gpus[0].xids[1].xid"), "79");
+  EXPECT_EQ(json_path(json, "$.host.gpus[0].xids[1].errors"), "2");
+  EXPECT_EQ(json_path(json, "$.host.gpus[0].power_limit_min_w"), "400");
+  EXPECT_EQ(json_path(json, "$.host.gpus[0].top_reason"), "sw_power_cap");
+  EXPECT_EQ(json_path(json, "$.host.gpus[1].name"), "evil\x1b[31mGPU");
+  // A period without GPU rows (no NVML): no GPU line, an empty list.
+  const Report old = load(db.get(), ReportQuery{kNow - 2 * kHour, kHour / 4, "", false});
+  EXPECT_EQ(cli::render_explain_text(old).find("GPU "), std::string::npos);
+  EXPECT_EQ(json_path(cli::render_explain_json(old), "$.host.gpus"), "[]");
+}
+
 TEST(ExplainFormatTest, HumanNumbers) {
   EXPECT_EQ(cli::human_seconds(0), "0");
   EXPECT_EQ(cli::human_seconds(610e-9), "610ns");
