@@ -177,3 +177,59 @@ test('a healthy GPU-bound job pages nobody', async (t) => {
     t.diagnostic(`total ${elapsed(t0)}`);
   }
 });
+
+// Inhibition (alerts/alertmanager.yml), posted straight to the real Alertmanager: a workload's
+// page silences that workload's warnings on the node and nothing else; a critical alert that
+// names no workload (StallwatchGpuXid is about a GPU) silences no node warning, since lost
+// events and a daemon going down must still reach someone during a GPU fault.
+test('a workload page inhibits only its own warnings; a GPU Xid page inhibits none', async (t) => {
+  let stack = null;
+  try {
+    stack = await startStack({ targets: [], routingKey: ROUTING_KEY });
+    const startsAt = new Date().toISOString();
+    const endsAt = new Date(Date.now() + 10 * 60 * 1000).toISOString();
+    const alert = (labels) => ({
+      labels: { instance: 'gpu-node-1:9464', job: 'stallwatch', ...labels },
+      startsAt,
+      endsAt,
+    });
+    const sent = [
+      alert({ alertname: 'StallwatchCriticalChain', severity: 'critical', cgroup: '/kubepods/pod-a' }),
+      alert({ alertname: 'StallwatchOffCpuRunnableHigh', severity: 'warning', cgroup: '/kubepods/pod-a' }),
+      alert({ alertname: 'StallwatchOffCpuRunnableHigh', severity: 'warning', cgroup: '/kubepods/pod-b' }),
+      alert({ alertname: 'StallwatchGpuXid', severity: 'critical', gpu: '0', xid: '79' }),
+      alert({ alertname: 'StallwatchEventsLost', severity: 'warning' }),
+    ];
+    const res = await fetch(`${stack.amUrl}/api/v2/alerts`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(sent),
+      signal: AbortSignal.timeout(5000),
+    });
+    assert.equal(res.status, 200, await res.text());
+    const key = (a) => `${a.labels.alertname}${a.labels.cgroup ? ` ${a.labels.cgroup}` : ''}`;
+    // The inhibitor catches up asynchronously: wait until the pod-a warning shows inhibited.
+    const got = await waitFor(
+      async () => {
+        const r = await fetch(`${stack.amUrl}/api/v2/alerts`, { signal: AbortSignal.timeout(5000) });
+        const alerts = await r.json();
+        const podA = alerts.find((a) => key(a) === 'StallwatchOffCpuRunnableHigh /kubepods/pod-a');
+        return alerts.length === sent.length && podA?.status?.inhibitedBy?.length ? alerts : null;
+      },
+      { timeoutMs: 30000, intervalMs: 250, what: 'the workload warning inhibited by its page' },
+    ).catch((e) => {
+      throw new Error(`${e.message}\n${stack.logs()}`);
+    });
+    const inhibited = Object.fromEntries(got.map((a) => [key(a), a.status.inhibitedBy.length > 0]));
+    t.diagnostic(JSON.stringify(inhibited));
+    assert.deepEqual(inhibited, {
+      'StallwatchCriticalChain /kubepods/pod-a': false,
+      'StallwatchOffCpuRunnableHigh /kubepods/pod-a': true,
+      'StallwatchOffCpuRunnableHigh /kubepods/pod-b': false,
+      StallwatchGpuXid: false,
+      StallwatchEventsLost: false,
+    });
+  } finally {
+    if (stack) await stack.stop();
+  }
+});
