@@ -2,7 +2,7 @@
 # PID 1 of a `make test-kernels` guest (tests/kernels/run.sh): the host's own tree, read-only
 # under a tmpfs overlay, booted on another kernel, under emulation (everything is several times
 # slower than on the host, so every wait here is on a signal, bounded generously, never a sleep).
-# Mounts what the daemon needs and runs, as root, each step of issue #38's list against the
+# Mounts what the daemon needs and runs, as root, each step of issue #38's list (and #36's v2 CPU limit) against the
 # binaries built on the host; one line per step ("NAME RC SECONDS") in the results directory,
 # each step's output in NAME.log; then powers the guest off. sw.build=DIR on the kernel command
 # line names the build directory.
@@ -138,6 +138,37 @@ offcpu_and_chain() {
   grep -q "PID $hog[ )]" /tmp/explain.txt || fail "the hog (PID $hog) is not named"
 }
 
+# Pure cgroup v2 (the development host is hybrid: its cpu controller is on v1): the job alone on
+# CPU 0 in a cgroup whose cpu.max is 30 ms per 100 ms. The kernel throttles it, and the chain is
+# cpu_throttle naming cpu.max, with the cgroup's throttled time on /metrics, not cpu_contention.
+cpu_limit_v2() {
+  local cg=/sys/fs/cgroup/sw-limit
+  mkdir -p "$cg"
+  echo "30000 100000" > "$cg/cpu.max"
+  (echo "$BASHPID" > "$cg/cgroup.procs"
+   export MOCK_CUDA_SYNC_CPU_US=2000
+   exec taskset -c 0 "$mock/cuda_workload" --cudart "$mock/libcudart.so.12" \
+     --iterations 1000000 --calls cudaStreamSynchronize:1) &
+  local job=$!
+  until_ok 600 at_least 1 stallwatch_chains_total cgroup=/sw-limit kind=cpu_throttle ||
+    { kill "$job"; grep nr_throttled "$cg/cpu.stat"; fail "no cpu_throttle chain"; }
+  local throttled limit contention
+  throttled=$(sum stallwatch_cgroup_cpu_throttled_seconds_total cgroup=/sw-limit)
+  limit=$(sum stallwatch_cgroup_cpu_limit_cores cgroup=/sw-limit)
+  contention=$(sum stallwatch_chains_total cgroup=/sw-limit kind=cpu_contention)
+  kill "$job"
+  wait "$job" 2>/dev/null || true
+  grep -E "nr_periods|nr_throttled|throttled_usec" "$cg/cpu.stat"
+  echo "throttled: $throttled s; limit: $limit CPUs; cpu_contention chains: $contention"
+  awk -v a="$throttled" 'BEGIN { exit !(a > 0) }' || fail "no throttled time on /metrics"
+  awk -v a="$limit" 'BEGIN { exit !(a > 0.299 && a < 0.301) }' || fail "limit $limit, want 0.3"
+  awk -v a="$contention" 'BEGIN { exit !(a == 0) }' || fail "a cpu_contention chain too"
+  windows 2
+  ./stallwatch explain --db /tmp/sw.db --since 1h --cgroup /sw-limit | tee /tmp/explain-limit.txt | head -30
+  grep -q "cpu_throttle" /tmp/explain-limit.txt || fail "the store has no cpu_throttle chain"
+  grep -q "cpu.max 30000 100000 at" /tmp/explain-limit.txt || fail "the limit is not named"
+}
+
 # pyenv's newest CPython 3.12 calls the stand-in runtime through ctypes from known lines; its
 # slow synchronizes carry Python frames.
 python_frames() {
@@ -167,6 +198,7 @@ step daemon 600 start_daemon
 if [ -n "$daemon_pid" ] || [ -s /tmp/daemon.pid ]; then
   step exact_counts 900 exact_counts
   step offcpu_chain 900 offcpu_and_chain
+  step cpu_limit_v2 900 cpu_limit_v2
   step python_frames 900 python_frames
   kill -TERM "$(cat /tmp/daemon.pid)" 2>/dev/null
 fi

@@ -3,7 +3,9 @@
 # guest, what a kernel can break (BPF programs the verifier must accept, uprobes, task storage,
 # iterators, tp_btf, ring buffers): `stallwatch check`, the daemon against the stand-in CUDA job
 # with exact call counts, off-CPU time joined to a synchronize under a pinned hog and the
-# cpu_contention chain it opens (in /metrics and the store), Python frames of pyenv's CPython:
+# cpu_contention chain it opens (in /metrics and the store), a cgroup v2 cpu.max limit and the
+# cpu_throttle chain it opens (the host may be hybrid; the guest is pure v2), Python frames of
+# pyenv's CPython:
 # tests/kernels/guest.sh. The guest's root file system is this host's own tree, shared
 # read-only over 9p with a tmpfs overlay on top, so the binaries under test are the ones built
 # here and nothing is installed in the guest.
