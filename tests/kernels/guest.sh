@@ -2,10 +2,10 @@
 # PID 1 of a `make test-kernels` guest (tests/kernels/run.sh): the host's own tree, read-only
 # under a tmpfs overlay, booted on another kernel, under emulation (everything is several times
 # slower than on the host, so every wait here is on a signal, bounded generously, never a sleep).
-# Mounts what the daemon needs and runs, as root, each step of issue #38's list (and #36's v2 CPU limit) against the
-# binaries built on the host; one line per step ("NAME RC SECONDS") in the results directory,
-# each step's output in NAME.log; then powers the guest off. sw.build=DIR on the kernel command
-# line names the build directory.
+# Mounts what the daemon needs and runs, as root, each step of issue #38's list (and #36's v2 CPU
+# limit) against the binaries built on the host; one line per step ("NAME RC SECONDS") in the
+# results directory, each step's output in NAME.log; then powers the guest off. sw.build=DIR on
+# the kernel command line names the build directory.
 set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
 out=/mnt/stallwatch-results
