@@ -10,6 +10,10 @@ daemon, or with and without a CPU hog on the same cores, can be compared.
 small matmuls (64x64, no CUDA graph) and synchronizes once, as inference decode without graphs
 does. --progress FILE keeps the step count in the first 8 bytes of FILE (native byte order,
 mmap'd: no system call per step), for bench/job_cost.sh's on/off rounds.
+
+--gpu-bound makes each step 8 large matmuls (bf16, --matrix square, 8192 by default)
+and one synchronize: the GPU runs near its power limit, so a lowered limit slows every step
+(bench/gpu/wave3.sh's power-cap check of gpu_throttle).
 """
 import argparse
 import json
@@ -58,6 +62,8 @@ def main():
     p.add_argument("--label", default="run")
     p.add_argument("--launch-bound", action="store_true")
     p.add_argument("--launches", type=int, default=64)
+    p.add_argument("--gpu-bound", action="store_true")
+    p.add_argument("--matrix", type=int, default=8192)
     p.add_argument("--progress", default=None)
     a = p.parse_args()
     counter = None
@@ -68,6 +74,8 @@ def main():
         counter = memoryview(mmap.mmap(fd, 8)).cast("Q")
     if a.launch_bound:
         return run_steps(a, counter, launch_step(a), {"launches": a.launches})
+    if a.gpu_bound:
+        return run_steps(a, counter, gpu_step(a), {"matrix": a.matrix, "matmuls": 8})
     return run_steps(a, counter, train_step(a), {})
 
 
@@ -101,6 +109,19 @@ def launch_step(a):
         for _ in range(a.launches):
             y = torch.mm(y, w)
         y.sum().item()
+    return step
+
+
+def gpu_step(a):
+    dev = torch.device("cuda")
+    x = torch.rand(a.matrix, a.matrix, device=dev, dtype=torch.bfloat16)
+    w = torch.rand(a.matrix, a.matrix, device=dev, dtype=torch.bfloat16) / a.matrix
+
+    def step():
+        y = x
+        for _ in range(8):
+            y = torch.mm(y, w)
+        torch.cuda.synchronize()
     return step
 
 
