@@ -36,8 +36,9 @@ constexpr const char* kUsage =
     "Writes the stored evidence of a period as a timeline: one process track per process, one\n"
     "thread track per CUDA-issuing thread with its outlier calls as slices (off-CPU time inside\n"
     "each), a track per causal chain, and per-window counters (off-CPU runnable and blocked\n"
-    "shares, p99 of each synchronize call). Open it in https://ui.perfetto.dev or\n"
-    "chrome://tracing. Reads the database only; no root needed.\n"
+    "shares, p99 of each synchronize call; each GPU's SM clock, held share and power, whatever\n"
+    "--cgroup or --pid says). Open it in https://ui.perfetto.dev or chrome://tracing. Reads the\n"
+    "database only; no root needed.\n"
     "\n"
     "options:\n"
     "  --format F       perfetto (protobuf trace, .pftrace) or chrome-json (Trace Event Format)\n"
@@ -159,6 +160,21 @@ struct PfEvent {
   std::string packet;  // TracePacket bytes without timestamp and sequence fields
 };
 
+// A counter's unit as Perfetto's CounterDescriptor.unit_name and the Chrome names show it.
+const char* unit_name(store::CounterUnit unit) {
+  switch (unit) {
+    case store::CounterUnit::kMegahertz:
+      return "MHz";
+    case store::CounterUnit::kWatts:
+      return "W";
+    case store::CounterUnit::kNanoseconds:
+      return "ns";
+    case store::CounterUnit::kRatio:
+      break;
+  }
+  return "ratio";
+}
+
 class PerfettoWriter {
  public:
   std::uint64_t track(const std::string& name, std::uint64_t parent = 0) {
@@ -191,12 +207,12 @@ class PerfettoWriter {
     descriptor(td);
     return uuid;
   }
-  std::uint64_t counter(const std::string& name, std::uint64_t parent, bool nanoseconds) {
+  std::uint64_t counter(const std::string& name, std::uint64_t parent, store::CounterUnit unit) {
     ProtoWriter cd, td;
-    if (nanoseconds) {
+    if (unit == store::CounterUnit::kNanoseconds) {
       cd.uint64_field(pf::kCdUnit, pf::kUnitTimeNs);
     } else {
-      cd.string_field(pf::kCdUnitName, "ratio");
+      cd.string_field(pf::kCdUnitName, unit_name(unit));
     }
     const std::uint64_t uuid = next_++;
     td.uint64_field(pf::kTdUuid, uuid);
@@ -279,6 +295,22 @@ class PerfettoWriter {
   std::vector<PfEvent> events_;
 };
 
+// PID_MAX_LIMIT is 4,194,304: the GPUs' pseudo-process in Chrome JSON is above any real pid.
+constexpr int kGpuPseudoPid = 4194305;
+
+// "GPU 0 NVIDIA H100 80GB HBM3 SM clock (MHz)": the name as stored, escaped once more.
+std::string gpu_counter_name(const Timeline& t, const store::TimelineGpuSample& s) {
+  std::string name = "GPU " + std::to_string(s.gpu);
+  if (auto it = t.gpu_names.find(s.gpu); it != t.gpu_names.end() && !it->second.empty()) {
+    name += " " + escape_name(it->second);
+  }
+  name += " " + s.counter;
+  if (s.unit == store::CounterUnit::kMegahertz || s.unit == store::CounterUnit::kWatts) {
+    name += std::string(" (") + unit_name(s.unit) + ")";
+  }
+  return name;
+}
+
 std::vector<Arg> call_args(const TimelineCall& c) {
   return {string_arg("api", c.api), uint_arg("offcpu_runnable_ns", c.runnable_ns),
           uint_arg("offcpu_blocked_ns", c.blocked_ns), uint_arg("preemptions", c.preemptions)};
@@ -330,8 +362,17 @@ std::string perfetto_trace(const Timeline& t) {
   for (const auto& s : t.samples) {
     const bool ns = s.unit == store::CounterUnit::kNanoseconds;
     auto [it, fresh] = counters.try_emplace({s.pid, s.counter}, 0);
-    if (fresh) it->second = w.counter(s.counter, process_track[s.pid], ns);
+    if (fresh) it->second = w.counter(s.counter, process_track[s.pid], s.unit);
     w.count(it->second, s.ts_ns, s.value, ns);
+  }
+  if (!t.gpu_samples.empty()) {
+    const std::uint64_t root = w.track("GPUs");
+    std::map<std::pair<unsigned, std::string>, std::uint64_t> gpu_counters;
+    for (const auto& s : t.gpu_samples) {
+      auto [it, fresh] = gpu_counters.try_emplace({s.gpu, s.counter}, 0);
+      if (fresh) it->second = w.counter(gpu_counter_name(t, s), root, s.unit);
+      w.count(it->second, s.ts_ns, s.value, false);
+    }
   }
   if (!t.chains.empty()) {
     const std::uint64_t root = w.track("Causal chains");
@@ -366,6 +407,16 @@ std::string chrome_trace_json(const Timeline& t) {
     events.push_back({{"name", ns ? s.counter + " (ms)" : s.counter}, {"ph", "C"}, {"pid", s.pid},
                       {"ts", micros(s.ts_ns, origin)},
                       {"args", {{"value", json_value(ns ? s.value / 1e6 : s.value)}}}});
+  }
+  // GPUs: counters of a pseudo-process of their own, a pid no process can have.
+  for (const auto& s : t.gpu_samples) {
+    events.push_back({{"name", to_valid_utf8(gpu_counter_name(t, s))}, {"ph", "C"},
+                      {"pid", kGpuPseudoPid}, {"ts", micros(s.ts_ns, origin)},
+                      {"args", {{"value", json_value(s.value)}}}});
+  }
+  if (!t.gpu_samples.empty()) {
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kGpuPseudoPid},
+                      {"args", {{"name", "GPUs"}}}});
   }
   // Chains: nestable async slices, one id each, so overlapping chains never nest; a chain
   // without a process sits in a "causal chains" pseudo-process (pid 0).
@@ -526,6 +577,9 @@ int export_main(const std::vector<std::string>& args) {
             << " (" << format << ", " << bytes.size() << " bytes): " << t.processes.size()
             << " processes, " << t.calls.size() << " calls, " << t.chains.size() << " chains, "
             << t.samples.size() << " counter samples";
+  if (!t.gpu_names.empty() || !t.gpu_samples.empty()) {
+    std::cerr << ", " << t.gpu_samples.size() << " GPU counter samples";
+  }
   if (t.calls_left_out) std::cerr << "; " << t.calls_left_out << " calls past 1000000 left out";
   std::cerr << "\n";
   return 0;

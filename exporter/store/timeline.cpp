@@ -105,6 +105,25 @@ Result<Timeline> load_timeline(sqlite3* db, const TimelineQuery& q) {
   std::stable_sort(t.samples.begin(), t.samples.end(),
                    [](const TimelineSample& a, const TimelineSample& b) { return a.ts_ns < b.ts_ns; });
 
+  // Each GPU's clock, held share and power per window (host-wide: no cgroup or pid filter).
+  r = run("SELECT g.ts_ns - w.window_ns, g.gpu, g.name, g.sm_clock_mhz, g.held_share, g.power_w "
+          "FROM gpu_windows g JOIN windows w ON w.ts_ns = g.ts_ns "
+          "WHERE g.ts_ns > ?1 AND g.ts_ns <= ?2 ORDER BY g.ts_ns, g.gpu",
+          [&](const Stmt& st) {
+            const std::int64_t start = st.int64(0);
+            const auto gpu = static_cast<unsigned>(st.int64(1));
+            if (!st.is_null(2)) t.gpu_names[gpu] = st.text(2);
+            if (!st.is_null(3)) {
+              t.gpu_samples.push_back({gpu, "SM clock", CounterUnit::kMegahertz, start,
+                                       st.real(3)});
+            }
+            t.gpu_samples.push_back({gpu, "clock held", CounterUnit::kRatio, start, st.real(4)});
+            if (!st.is_null(5)) {
+              t.gpu_samples.push_back({gpu, "power", CounterUnit::kWatts, start, st.real(5)});
+            }
+          });
+  if (!r) return r.error();
+
   ReportQuery rq = q.period;
   rq.per_process = false;
   auto report = load_report(db, rq);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,12 +40,22 @@ struct TimelineCall {
   std::uint64_t preemptions = 0;
 };
 
-enum class CounterUnit { kRatio, kNanoseconds };
+enum class CounterUnit { kRatio, kNanoseconds, kMegahertz, kWatts };
 
 // One sample of a per-process counter: the value over the window that starts at `ts_ns`.
 struct TimelineSample {
   int pid = 0;
   std::string counter;  // "off-CPU runnable", "off-CPU blocked", "p99 cudaStreamSynchronize"
+  CounterUnit unit = CounterUnit::kRatio;
+  std::int64_t ts_ns = 0;
+  double value = 0;
+};
+
+// One sample of a GPU's counter (gpu_windows, schema 10): host-wide context, drawn whatever
+// --pid or --cgroup says, over the window that starts at `ts_ns`.
+struct TimelineGpuSample {
+  unsigned gpu = 0;
+  std::string counter;  // "SM clock", "clock held", "power"
   CounterUnit unit = CounterUnit::kRatio;
   std::int64_t ts_ns = 0;
   double value = 0;
@@ -57,6 +68,8 @@ struct Timeline {
   std::vector<TimelineCall> calls;         // by start time
   std::vector<ReportChain> chains;         // as the report orders them
   std::vector<TimelineSample> samples;     // by time
+  std::map<unsigned, std::string> gpu_names;      // by NVML index, as stored (escaped)
+  std::vector<TimelineGpuSample> gpu_samples;     // by time, then GPU
   std::uint64_t calls_left_out = 0;        // past max_calls
 };
 

@@ -302,6 +302,67 @@ TEST_F(ExportTest, ChromeJsonMatchesTheStore) {
   }
 }
 
+// Schema 10: each GPU's SM clock, held share and power per window, under a "GPUs" track in
+// Perfetto and a pseudo-process of their own in Chrome JSON, with the stored values; host-wide,
+// so a --pid filter keeps them.
+TEST_F(ExportTest, GpuCountersMatchTheStore) {
+  const std::string gdb = *dir_ + "/gpu.db";
+  const std::string cmd = std::string(STALLWATCH_BIN) + " demo gpu-throttle --fast --db " + gdb +
+                          " > " + *dir_ + "/gpu-demo.out 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << slurp(*dir_ + "/gpu-demo.out");
+  const Db store(gdb);
+  const long long rows = store.one("SELECT count(*) FROM gpu_windows");
+  ASSERT_EQ(rows, 2 * store.one("SELECT count(*) FROM windows")) << "two GPUs, every window";
+
+  std::string err;
+  const std::string trace = *dir_ + "/gpu.pftrace";
+  ASSERT_EQ(run("--format perfetto --since 1d --db " + gdb + " -o " + trace, &err), 0) << err;
+  EXPECT_NE(err.find(std::to_string(3 * rows) + " GPU counter samples"), std::string::npos) << err;
+  ASSERT_EQ(std::system(("protoc --decode_raw < " + trace + " > " + trace + ".txt").c_str()), 0);
+  std::ifstream in(trace + ".txt");
+  const Node root = parse_raw(in);
+  long long gpus_root = -1;
+  std::map<long long, std::string> gpu_tracks;  // uuid -> name
+  std::map<long long, int> samples;             // per track
+  for (const auto& [field, p] : root.messages) {
+    if (const Node* td = p.message(60)) {
+      if (td->scalar(2) == "\"GPUs\"") gpus_root = td->number(1);
+      if (gpus_root >= 0 && td->number(5) == gpus_root && td->has(8)) {
+        gpu_tracks[td->number(1)] = td->scalar(2);
+      }
+    }
+    if (const Node* te = p.message(11)) {
+      if (te->number(9) == 4) ++samples[te->number(11)];
+    }
+  }
+  ASSERT_GE(gpus_root, 0) << "no GPUs track";
+  EXPECT_EQ(gpu_tracks.size(), 6u) << "SM clock, clock held and power of GPU 0 and GPU 1";
+  for (const auto& [uuid, name] : gpu_tracks) {
+    EXPECT_EQ(samples[uuid], rows / 2) << name;
+  }
+
+  const std::string out = *dir_ + "/gpu.json";
+  ASSERT_EQ(run("--format chrome-json --since 1d --pid 1 --db " + gdb + " -o " + out, &err), 0)
+      << err;
+  const Json doc = Json::parse(slurp(out));
+  std::vector<double> clocks;
+  std::string pseudo;
+  for (const auto& e : doc["traceEvents"]) {
+    EXPECT_EQ(e["pid"], 4194305) << "only the GPUs' pseudo-process passes --pid 1";
+    if (e["ph"] == "M") pseudo = e["args"]["name"];
+    if (e["name"] == "GPU 0 NVIDIA H100 80GB HBM3 SM clock (MHz)") {
+      clocks.push_back(e["args"]["value"].get<double>());
+    }
+  }
+  EXPECT_EQ(pseudo, "GPUs");
+  std::vector<double> stored;
+  for (const auto& r : store.ints("SELECT sm_clock_mhz FROM gpu_windows WHERE gpu = 0 ORDER BY ts_ns")) {
+    stored.push_back(static_cast<double>(r[0]));
+  }
+  EXPECT_EQ(clocks, stored);
+  EXPECT_NE(std::find(clocks.begin(), clocks.end(), 1200.0), clocks.end()) << "the capped phase";
+}
+
 TEST_F(ExportTest, FiltersAndErrors) {
   std::string err;
   const std::string out = *dir_ + "/none.json";
