@@ -35,20 +35,23 @@ class IoSource : public Source {
   std::string_view name() const override { return "io"; }
 
   void read(SourceContext& ctx, Snapshot& snap) override {
-    for_each_entry<io_key, io_stats>(fd_, [&](const io_key& k, const io_stats& v) {
-      CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
-      IoKey key{device(k.dev_major, k.dev_minor), op_name(k.op)};
-      IoTotals t = bytes_histogram_of<IoTotals>(v);
-      const int pid = static_cast<int>(k.tgid);
-      if (!ctx.alive(pid, k.start_tag)) {
-        slot.retired.io[key].add(t);
-        return true;
-      }
-      Series& s = snap.series[slot.label];
-      s.io[key].add(t);
-      s.io_processes.push_back(ProcessIo{pid, ctx.comm(pid), std::move(key), t});
-      return false;
-    });
+    for_each_process_entry<io_key, io_stats>(
+        fd_,
+        [&](const io_key& k) { return !ctx.alive(static_cast<int>(k.tgid), k.start_tag); },
+        [&](const io_key& k, const io_stats& v) {
+          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+          IoKey key{device(k.dev_major, k.dev_minor), op_name(k.op)};
+          IoTotals t = bytes_histogram_of<IoTotals>(v);
+          const int pid = static_cast<int>(k.tgid);
+          Series& s = snap.series[slot.label];
+          s.io[key].add(t);
+          s.io_processes.push_back(ProcessIo{pid, ctx.comm(pid), std::move(key), t});
+        },
+        [&](const io_key& k, const io_stats& v) {
+          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+          slot.retired.io[IoKey{device(k.dev_major, k.dev_minor), op_name(k.op)}].add(
+              bytes_histogram_of<IoTotals>(v));
+        });
   }
 
  private:

@@ -85,6 +85,45 @@ Walk for_each_entry(int fd, Fn&& fn) {
   return walk;
 }
 
+// A doomed entry's value as it leaves the map: read and deleted in one step
+// (BPF_MAP_LOOKUP_AND_DELETE_ELEM, Linux 5.14 for hash maps), else read, then deleted. Nullopt
+// when it was gone already (another reader took it).
+template <typename K, typename V>
+std::optional<V> take_entry(int fd, const K& key) {
+  V v{};
+  if (bpf_map_lookup_and_delete_elem(fd, &key, &v) == 0) return v;
+  if (errno == ENOENT) return std::nullopt;
+  if (bpf_map_lookup_elem(fd, &key, &v) != 0) return std::nullopt;
+  if (bpf_map_delete_elem(fd, &key) != 0) return std::nullopt;
+  return v;
+}
+
+// for_each_entry for maps keyed by process, whose entries of exited processes leave the map:
+// `dead(key)` judges each entry after its batch was read; a live one goes to live(key, value)
+// and stays; a dead one is taken out of the map only then, and the value it has at that moment
+// goes to retire(key, value). So what a process added between the batch read and its exit (its
+// last I/O or calls before exit(2)) is counted, not lost with the entry.
+template <typename K, typename V, typename Dead, typename Live, typename Retire>
+Walk for_each_process_entry(int fd, Dead&& dead, Live&& live, Retire&& retire) {
+  std::vector<K> gone;
+  Walk walk = for_each_entry<K, V>(fd, [&](const K& k, const V& v) {
+    if (dead(k)) {
+      gone.push_back(k);
+    } else {
+      live(k, v);
+    }
+    return false;
+  });
+  walk.live -= std::min(walk.live, gone.size());
+  for (const auto& k : gone) {
+    if (auto v = take_entry<K, V>(fd, k)) {
+      retire(k, *v);
+      ++walk.deleted;
+    }
+  }
+  return walk;
+}
+
 // The number of keys a hash map holds now (keys only: no values are copied).
 template <typename K>
 std::size_t count_keys(int fd) {

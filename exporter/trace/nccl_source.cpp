@@ -37,20 +37,22 @@ class NcclSource : public Source {
       ranks.insert({key.rank, key.world_size});
       return key;
     };
-    for_each_entry<nccl_key, nccl_stats>(fd_, [&](const nccl_key& k, const nccl_stats& v) {
-      CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
-      NcclKey key = bounded(slot.label, NcclKey{k.call_id, k.rank, k.world_size});
-      NcclTotals t = bytes_histogram_of<NcclTotals>(v);
-      const int pid = static_cast<int>(k.tgid);
-      if (!ctx.alive(pid, k.start_tag)) {
-        slot.retired.nccl[key].add(t);
-        return true;
-      }
-      Series& s = snap.series[slot.label];
-      s.nccl[key].add(t);
-      s.nccl_processes.push_back(ProcessNccl{pid, key, t});
-      return false;
-    });
+    for_each_process_entry<nccl_key, nccl_stats>(
+        fd_,
+        [&](const nccl_key& k) { return !ctx.alive(static_cast<int>(k.tgid), k.start_tag); },
+        [&](const nccl_key& k, const nccl_stats& v) {
+          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+          NcclKey key = bounded(slot.label, NcclKey{k.call_id, k.rank, k.world_size});
+          NcclTotals t = bytes_histogram_of<NcclTotals>(v);
+          Series& s = snap.series[slot.label];
+          s.nccl[key].add(t);
+          s.nccl_processes.push_back(ProcessNccl{static_cast<int>(k.tgid), key, t});
+        },
+        [&](const nccl_key& k, const nccl_stats& v) {
+          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+          NcclKey key = bounded(slot.label, NcclKey{k.call_id, k.rank, k.world_size});
+          slot.retired.nccl[key].add(bytes_histogram_of<NcclTotals>(v));
+        });
   }
 
  private:

@@ -94,20 +94,19 @@ class SchedSource : public Source {
   }
 
   void read_offcpu(SourceContext& ctx, Snapshot& snap) {
-    for_each_entry<offcpu_key, offcpu_stats>(offcpu_fd_,
-                                             [&](const offcpu_key& k, const offcpu_stats& v) {
-                                               CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
-                                               const int pid = static_cast<int>(k.tgid);
-                                               if (!ctx.alive(pid, k.start_tag)) {
-                                                 slot.retired.offcpu.add(totals_of(v));
-                                                 return true;
-                                               }
-                                               slot.live = true;
-                                               Series& s = snap.series[slot.label];
-                                               s.offcpu.add(totals_of(v));
-                                               ctx.process(s, pid).offcpu.add(totals_of(v));
-                                               return false;
-                                             });
+    for_each_process_entry<offcpu_key, offcpu_stats>(
+        offcpu_fd_,
+        [&](const offcpu_key& k) { return !ctx.alive(static_cast<int>(k.tgid), k.start_tag); },
+        [&](const offcpu_key& k, const offcpu_stats& v) {
+          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+          slot.live = true;
+          Series& s = snap.series[slot.label];
+          s.offcpu.add(totals_of(v));
+          ctx.process(s, static_cast<int>(k.tgid)).offcpu.add(totals_of(v));
+        },
+        [&](const offcpu_key& k, const offcpu_stats& v) {
+          ctx.cgroup(k.cgroup_id).retired.offcpu.add(totals_of(v));
+        });
   }
 
   void read_preemptors(SourceContext& ctx, Snapshot& snap) {
