@@ -11,7 +11,7 @@ DB ?= /var/lib/stallwatch/stallwatch.db
 all: build
 
 deps:
-	bash scripts/install-deps.sh
+	BUILD=$(BUILD) bash scripts/install-deps.sh
 
 # -Werror here (development and CI); a plain CMake build leaves warnings as warnings.
 $(BUILD)/CMakeCache.txt:

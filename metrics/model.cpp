@@ -190,6 +190,11 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
                            "Share of the CUDA-issuing threads' wall time over the last window "
                            "spent blocked (off-CPU, sleeping) outside any CUDA call (0..1).",
                            MetricKind::kGauge, "1");
+  auto probe_cost = family("stallwatch_workload_probe_cost_ratio",
+                           "Estimated share of the CUDA-issuing threads' CPU time over the last "
+                           "window spent in stallwatch's own probes: each call times the trap "
+                           "cost measured at start for its site's class (0..1).",
+                           MetricKind::kGauge, "1");
   auto reclaim_s = family("stallwatch_memory_reclaim_seconds_total",
                           "Time the series' tasks spent in memory reclaim, by kind (direct: the "
                           "node ran short; memcg: the cgroup's own memory limit).",
@@ -242,6 +247,9 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
   for (const auto& [label, s] : snap.series) {
     const identity::Identity* id = &s.identity;
     if (has_cuda_threads(s)) starvation.points.push_back(point(id, {}, s.starvation_ratio));
+    if (has_cuda_threads(s) && (snap.trap_cost_emulated.measured || snap.trap_cost_stepped.measured)) {
+      probe_cost.points.push_back(point(id, {}, s.probe_cost_ratio));
+    }
     const ReclaimTotals& r = s.reclaim;
     if (r.direct_count + r.memcg_count > 0 || r.direct_ns + r.memcg_ns > 0) {
       reclaim_s.points.push_back(point(id, {{"kind", "direct"}}, seconds(r.direct_ns)));
@@ -289,7 +297,7 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
       nccl_bytes.points.push_back(point(id, l, count(t.bytes)));
     }
   }
-  keep_nonempty({&starvation, &reclaim_s, &reclaims, &oom, &pressure, &throttled_s, &throttled_n,
+  keep_nonempty({&starvation, &probe_cost, &reclaim_s, &reclaims, &oom, &pressure, &throttled_s, &throttled_n,
                  &periods_n, &limit_cores, &io_duration, &io_bytes,
                  &retransmits, &nccl_duration, &nccl_bytes},
                 out);
@@ -347,6 +355,31 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
          "{file}", count(snap.attached_libraries));
   single("stallwatch_attached_probes", "Uprobe and uretprobe links attached now.",
          MetricKind::kGauge, "{probe}", count(snap.attached_probes));
+  {
+    auto f = family("stallwatch_probe_sites",
+                    "Uprobe and uretprobe sites attached now, by how the kernel runs the "
+                    "instruction under each: emulated in the trap, or single-stepped out of line "
+                    "(a second trap: several times the cost; docs/performance.md).",
+                    MetricKind::kGauge, "{probe}");
+    const std::uint64_t emulated = std::min(snap.emulated_probes, snap.attached_probes);
+    f.points.push_back(point(nullptr, {{"class", "emulated"}}, count(emulated)));
+    f.points.push_back(point(nullptr, {{"class", "stepped"}}, count(snap.attached_probes - emulated)));
+    out.push_back(std::move(f));
+  }
+  if (snap.trap_cost_emulated.measured || snap.trap_cost_stepped.measured) {
+    auto f = family("stallwatch_probe_trap_seconds",
+                    "What one probe adds to a call on this host, measured at start on the "
+                    "daemon's own targets: by site class and probe (entry; return: what the "
+                    "return probe adds).",
+                    MetricKind::kGauge, "s");
+    for (const auto& [cls, cost] : {std::pair{"emulated", &snap.trap_cost_emulated},
+                                    std::pair{"stepped", &snap.trap_cost_stepped}}) {
+      if (!cost->measured) continue;
+      f.points.push_back(point(nullptr, {{"class", cls}, {"probe", "entry"}}, cost->entry_seconds));
+      f.points.push_back(point(nullptr, {{"class", cls}, {"probe", "return"}}, cost->return_seconds));
+    }
+    out.push_back(std::move(f));
+  }
   single("stallwatch_snapshot_sequence", "Number of the window the exposition was built from.",
          MetricKind::kGauge, "1", count(snap.sequence));
   if (!snap.cpu_stolen.empty()) {

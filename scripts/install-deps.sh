@@ -69,3 +69,7 @@ for lock in tests/*/package-lock.json tests/*/*/package-lock.json; do
     echo "install-deps: $dir/node_modules up to date"
   fi
 done
+
+# NVIDIA's real driver library for the privileged tests, unpacked (never installed) into the
+# build tree (scripts/fetch-libcuda.sh; skipped with a warning when it cannot be downloaded).
+bash scripts/fetch-libcuda.sh "${BUILD:-build}/nvidia"

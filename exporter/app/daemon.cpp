@@ -36,6 +36,7 @@
 #include "host/gpu_monitor.h"
 #include "host/host_sampler.h"
 #include "host/self_stats.h"
+#include "trace/probe_cost.h"
 #include "trace/tracer.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
@@ -201,12 +202,27 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       break;
   }
   SW_LOG(kInfo) << "kernel launches: " << launches << " (--launch-layer)";
+  // What a probe costs here and which instructions this kernel emulates, before the first
+  // library is attached: the sites depend on it (issue #48, trace/probe_cost.h).
+  const trace::ProbeCalibration calibration = trace::calibrate_probes();
+  const std::string calibrated =
+      "probe sites: " + trace::describe_calibration(calibration) + " (" +
+      std::to_string(calibration.took.count()) + " ms)" +
+      (o.move_probe_sites ? "" : "; --probe-sites=entry: every probe stays at its symbol");
+  if (calibration.error.empty()) {
+    SW_LOG(kInfo) << calibrated;
+  } else {
+    SW_LOG(kWarn) << calibrated;
+  }
+  trace::SitePolicy site_policy;
+  site_policy.emulation = calibration.emulation;
+  site_policy.moves = o.move_probe_sites;
   const host::Procfs fs(o.procfs, o.sysfs);
   trace::Discovery discovery(
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries,
-       o.library_dirs, on_disk, o.launch_layer},
+       o.library_dirs, on_disk, o.launch_layer, site_policy},
       fs);
   trace::EventQueue lib_events;
   // Python frames: the registry follows the CUDA processes discovery finds (--stacks=on).
@@ -241,8 +257,11 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                               discovery.traced_processes(),
                               discovery.attached_libraries(),
                               discovery.attached_probes(),
+                              discovery.emulated_probes(),
                               discovery.refused_libraries(),
-                              lib_events.dropped()};
+                              lib_events.dropped(),
+                              &calibration,
+                              discovery.stepped_calls()};
   };
   std::unique_ptr<otlp::Pusher> pusher;
   if (push->enabled) pusher = std::make_unique<otlp::Pusher>(*push, build);

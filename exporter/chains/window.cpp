@@ -106,6 +106,28 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
 
 }  // namespace
 
+double probe_cost_ratio(const Snapshot& snap, const std::map<int, ProcessWindow>& procs) {
+  const trace::TrapCost& emulated = snap.trap_cost_emulated;
+  const trace::TrapCost& stepped = snap.trap_cost_stepped;
+  if (!emulated.measured && !stepped.measured) return 0;
+  // A class the start could not price costs what the other one does.
+  const double emulated_pair = emulated.measured ? emulated.entry_seconds + emulated.return_seconds
+                                                 : stepped.entry_seconds + stepped.return_seconds;
+  const double stepped_pair = stepped.measured ? stepped.entry_seconds + stepped.return_seconds
+                                               : emulated_pair;
+  double cost = 0, cpu = 0;
+  for (const auto& [pid, p] : procs) {
+    cpu += static_cast<double>(p.offcpu.oncpu_ns) * 1e-9;
+    for (const auto& [id, t] : p.calls) {
+      const bool is_stepped = id < snap.stepped_calls.size() && snap.stepped_calls[id];
+      cost += static_cast<double>(t.count) * (is_stepped ? stepped_pair : emulated_pair);
+    }
+  }
+  // The traps run on the calling thread's CPU time: the share cannot pass 1 but for the
+  // estimate's own error.
+  return cpu > 0 ? std::min(1.0, cost / cpu) : 0;
+}
+
 std::uint64_t ProcessWindow::cuda_ns() const {
   std::uint64_t sum = 0;
   for (const auto& [id, t] : calls) sum += t.sum_ns;
@@ -134,6 +156,7 @@ void set_window_ratios(Snapshot& snap, const WindowView& view) {
     s.runnable_ratio = w->second.runnable_ratio;
     s.blocked_ratio = w->second.blocked_ratio;
     s.starvation_ratio = w->second.starvation_ratio;
+    s.probe_cost_ratio = w->second.probe_cost_ratio;
   }
 }
 
@@ -259,6 +282,7 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       pit->second.preemptors.push_back(std::move(d));
     }
     SeriesWindow sw = series_window(label, s, before, procs);
+    sw.probe_cost_ratio = probe_cost_ratio(current, procs);
     // I/O of the CUDA processes themselves; other submitters (DataLoader workers) are only in
     // the series' list, so the per-process tables keep holding CUDA-issuing processes.
     for (const auto& pio : sw.io_processes) {

@@ -50,6 +50,10 @@ struct SeriesWindow {
   double runnable_ratio = 0;
   double blocked_ratio = 0;
   double starvation_ratio = 0;
+  // Estimated share of the CUDA-issuing threads' on-CPU time spent in stallwatch's probes:
+  // each call times its site class's measured entry + return cost (trace/probe_cost.h), over
+  // their on-CPU time. 0 when the cost was not measured or the threads did not run.
+  double probe_cost_ratio = 0;
   ReclaimTotals reclaim;                   // this window's delta
   std::uint64_t oom_kills = 0;             // this window's delta, all processes
   std::uint64_t oom_kills_cuda = 0;        // of which CUDA-issuing
@@ -96,6 +100,10 @@ struct WindowView {
 // `previous` may be null (the first window: everything cumulative counts as this window,
 // except pressure, which is unknown until two snapshots had it).
 WindowView diff_windows(const Snapshot* previous, const Snapshot& current);
+
+// SeriesWindow::probe_cost_ratio of the processes of one series: the snapshot carries the
+// measured costs and which calls sit on single-stepped sites.
+double probe_cost_ratio(const Snapshot& snap, const std::map<int, ProcessWindow>& procs);
 
 // The totals' window arithmetic (trace/snapshot.h), also under this namespace.
 using ::stallwatch::counter_delta;

@@ -35,7 +35,9 @@
 #include "identity/kube_metadata.h"
 #include "metrics/otlp/config.h"
 #include "store/report.h"
+#include "trace/attach.h"
 #include "trace/library_files.h"
+#include "trace/probe_cost.h"
 #include "trace/proc_maps.h"
 #include "trace/python.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
@@ -454,6 +456,7 @@ void scan_disk(std::map<std::string, CudaLibrary>& libs) {
     CudaLibrary& lib = libs[f.path];
     lib.path = f.path;
     lib.kind = library_kind(f.api);
+    lib.api = f.api;
   }
 }
 
@@ -482,6 +485,7 @@ void scan_maps(std::map<std::string, CudaLibrary>& libs) {
         CudaLibrary& lib = libs[key];
         if (lib.path.empty()) lib.path = key;
         lib.kind = library_kind(*api);
+        lib.api = *api;
       }
     }
     if (keys.empty()) continue;
@@ -494,6 +498,29 @@ void scan_maps(std::map<std::string, CudaLibrary>& libs) {
     }
   }
   closedir(proc);
+}
+
+// What a probe costs here and which instructions the kernel emulates (trace/probe_cost.h).
+CheckItem probe_cost_check(const trace::ProbeCalibration& c) {
+  if (c.emulated.measured && c.stepped.measured && c.error.empty()) {
+    return {"probe_cost", Status::kOk, trace::describe_calibration(c), ""};
+  }
+  return {"probe_cost", Status::kWarn, trace::describe_calibration(c),
+          "run check as root (CAP_BPF and CAP_PERFMON) to measure it; run measures it at start"};
+}
+
+// Where run would probe each library file: the plan of trace/attach.h, without attaching.
+void plan_sites(std::vector<CudaLibrary>& libs, const trace::SitePolicy& policy) {
+  for (CudaLibrary& lib : libs) {
+    std::string path = lib.path;
+    if (path.ends_with(trace::MapsEntry::kDeletedSuffix)) {
+      lib.sites = "deleted on disk; run reads it through the process";
+      continue;
+    }
+    auto plan = trace::plan_probes(path, lib.api, trace::LaunchLayer::kDriver, policy);
+    lib.sites = plan ? trace::describe_sites(plan->sites)
+                     : "not planned: " + escape_line(plan.error().message);
+  }
 }
 
 CheckItem cuda_libraries_check(std::vector<CudaLibrary>& out) {
@@ -555,7 +582,12 @@ CheckReport run_checks(const std::string& db) {
   r.items.push_back(store_check(db));
   r.items.push_back(nvml_check());
   r.items.push_back(kmsg_check());
+  const trace::ProbeCalibration calibration = trace::calibrate_probes();
+  r.items.push_back(probe_cost_check(calibration));
   r.items.push_back(cuda_libraries_check(r.libraries));
+  trace::SitePolicy policy;
+  policy.emulation = calibration.emulation;
+  plan_sites(r.libraries, policy);
   std::map<int, std::string> cuda_processes;
   for (const CudaLibrary& lib : r.libraries) {
     for (size_t i = 0; i < lib.pids.size(); ++i) {
@@ -589,7 +621,10 @@ std::string render_text(const CheckReport& report) {
   }
   out += "CUDA libraries:\n";
   if (report.libraries.empty()) out += "  none found\n";
-  for (const CudaLibrary& lib : report.libraries) out += describe_library(lib) + '\n';
+  for (const CudaLibrary& lib : report.libraries) {
+    out += describe_library(lib) + '\n';
+    if (!lib.sites.empty()) out += "      probe sites: " + lib.sites + '\n';
+  }
   if (!report.python.empty()) {
     out += "Call sites (explain, stacks):\n";
     for (const PythonFrames& p : report.python) {
@@ -617,7 +652,8 @@ std::string render_json(const CheckReport& report) {
                          {"kind", lib.kind},
                          {"mapped", lib.mapped},
                          {"pids", lib.pids},
-                         {"processes", lib.comms}});
+                         {"processes", lib.comms},
+                         {"sites", lib.sites}});
   }
   Json& python = out["python"] = Json::array();
   for (const PythonFrames& p : report.python) {

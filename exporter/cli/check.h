@@ -1,9 +1,10 @@
 // `stallwatch check`: the preflight that says, before `stallwatch run`, whether this host can be
 // traced and, for each thing that is missing, how to fix it.
 // Owns the checks (kernel, BTF, capabilities, tp_btf, uprobes, tracefs, cgroup, memlock, CUDA
-// libraries), the scan for CUDA libraries on disk and in /proc/*/maps, and the text and JSON
-// renderings of the report. Reads /sys, /proc and library directories; never writes, mounts or
-// loads anything into the kernel.
+// libraries, probe cost), the scan for CUDA libraries on disk and in /proc/*/maps, and the text
+// and JSON renderings of the report. Reads /sys, /proc and library directories; never writes or
+// mounts. The one thing it loads into the kernel is the probe-cost measure (trace/probe_cost.h:
+// two counting programs on the daemon's own binary, hit by a child of its own, gone on return).
 // It shares its parsers with the daemon so both agree: trace/proc_maps.h reads maps lines,
 // trace/calls.h names CUDA libraries, identity/cgroup_resolver.h picks the cgroup2 mount and
 // common/json.h quotes strings.
@@ -40,6 +41,10 @@ struct CudaLibrary {
   bool mapped = false;
   std::vector<int> pids;           // processes mapping it, ascending
   std::vector<std::string> comms;  // comms[i] is the comm of pids[i]
+  trace::Api api = trace::Api::kRuntime;
+  // Where run would put its probes and how this kernel runs each site (trace/attach.h
+  // describe_sites), or why the file could not be read from here.
+  std::string sites;
 };
 
 // Whether a CUDA process's slow calls will carry Python frames (issue #17), and why not.
@@ -66,7 +71,7 @@ CheckReport run_checks(const std::string& db = "/var/lib/stallwatch/stallwatch.d
 std::string render_text(const CheckReport& report);
 // One JSON object (no trailing newline):
 // {"ok":bool,"checks":[{"name","status","detail","fix"}],
-//  "libraries":[{"path","kind","mapped","pids":[...],"processes":[...]}],
+//  "libraries":[{"path","kind","mapped","pids":[...],"processes":[...],"sites"}],
 //  "python":[{"pid","comm","frames":bool,"detail"}]}
 std::string render_json(const CheckReport& report);
 struct CheckOptions {

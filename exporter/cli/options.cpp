@@ -81,6 +81,10 @@ po::options_description run_options_description() {
      "(cuLaunchKernel*, one probe pair per launch, also launches that skip the runtime), runtime "
      "(cudaLaunchKernel only), both (two pairs per runtime launch), none (no launch probed: no "
      "trap per launch for launch-bound jobs; no launch rate or latency) (default driver)")
+    ("probe-sites", po::value<std::string>(), "auto (default): each probe on the first "
+     "instruction of its function that this kernel emulates (measured at start), past endbr64 "
+     "and compares, e.g. the je of NVIDIA's driver stubs instead of their single-stepped compare "
+     "(~10x cheaper a call); entry: every probe at its symbol's first byte")
     ("uprobe-multi", po::value<std::string>(), "on: one multi-uprobe link per library file and "
      "direction where the kernel has them (Linux 6.6; attach and detach in milliseconds); off: "
      "one link per probe, as on older kernels (default on)")
@@ -369,6 +373,9 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     o.launch_layer = *layer;
   }
   if (auto r = switch_flag(flags, "uprobe-multi", "on", "off", o.uprobe_multi); !r) return r.error();
+  if (auto r = switch_flag(flags, "probe-sites", "auto", "entry", o.move_probe_sites); !r) {
+    return r.error();
+  }
   auto log = log_settings(flags);
   if (!log) return log.error();
   o.log = *log;

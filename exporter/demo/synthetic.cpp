@@ -398,6 +398,7 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
   snap->traced_processes = processes;
   snap->attached_libraries = 2;
   snap->attached_probes = 2 * trace::all_calls().size();
+  snap->emulated_probes = snap->attached_probes;  // a host where every site is emulated
   snap->outliers = outliers_.total();
   snap->ready = true;
   return snap;

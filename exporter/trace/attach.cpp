@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -99,41 +100,114 @@ long free_descriptors() {
 
 }  // namespace
 
-Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms& programs,
-                                                             const std::string& path, Api api,
-                                                             LaunchLayer layer) {
-  bpf_program* enter = api == Api::kNccl ? programs.nccl_enter : programs.enter;
-  bpf_program* exit = api == Api::kNccl ? programs.nccl_exit : programs.exit;
+std::vector<std::uint8_t> read_code(int fd, std::uint64_t file_offset) {
+  std::vector<std::uint8_t> code(kSiteWindow);
+  const ssize_t n = ::pread(fd, code.data(), code.size(), static_cast<off_t>(file_offset));
+  code.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return code;
+}
+
+std::string describe_sites(const std::vector<SymbolSite>& sites) {
+  std::map<std::pair<InsnKind, std::uint32_t>, size_t> emulated;
+  std::vector<std::string> stepped;
+  for (const SymbolSite& s : sites) {
+    if (s.site.cls == SiteClass::kEmulated) {
+      emulated[{s.site.at, s.site.delta}]++;
+    } else {
+      stepped.push_back(escape_name(s.symbol));
+    }
+  }
+  size_t n = 0;
+  std::string shapes;
+  for (const auto& [shape, count] : emulated) {
+    n += count;
+    shapes += (shapes.empty() ? "" : ", ") + std::to_string(count) + " " +
+              std::string(insn_kind_name(shape.first)) + " at +" + std::to_string(shape.second);
+  }
+  std::string out = std::to_string(n) + " emulated";
+  if (!shapes.empty()) out += " (" + shapes + ")";
+  out += ", " + std::to_string(stepped.size()) + " single-stepped";
+  if (!stepped.empty()) {
+    const size_t shown = std::min<size_t>(stepped.size(), 4);
+    for (size_t i = 0; i < shown; ++i) out += (i == 0 ? " (" : ", ") + stepped[i];
+    out += stepped.size() > shown ? ", ...)" : ")";
+  }
+  return out;
+}
+
+size_t LibraryProbes::probes_of(SiteClass cls) const {
+  size_t n = 0;
+  for (const SymbolSite& s : sites_) n += s.site.cls == cls ? 2 : 0;
+  return n;
+}
+
+Result<ProbePlan> plan_probes(const std::string& path, Api api, LaunchLayer layer,
+                              const SitePolicy& policy) {
   auto symbols = read_function_symbols(path);
   if (!symbols) return symbols.error();
-
-  // Aliases share an address: attach once per (offset), keeping the first name for the log.
-  std::map<std::uint64_t, std::pair<std::uint32_t, std::string>> targets;
+  ProbePlan plan;
+  // Aliases share an address: one pair per offset, keeping the first name for the log.
+  std::map<std::uint64_t, SymbolSite> targets;
+  std::map<std::uint64_t, std::uint64_t> sizes;
   std::set<std::uint32_t> found;
   for (const auto& s : *symbols) {
     auto id = call_for_symbol(s.name, api);
     if (!id || !probed_under(*id, layer)) continue;
-    targets.emplace(s.file_offset, std::make_pair(*id, s.name));
+    if (targets.emplace(s.file_offset, SymbolSite{s.name, *id, s.file_offset, {}}).second) {
+      sizes[s.file_offset] = s.size;
+    }
     found.insert(*id);
   }
-  auto probes = std::make_unique<LibraryProbes>();
   auto calls = all_calls();
   for (std::uint32_t i = 0; i < calls.size(); ++i) {
     if (calls[i].api == api && probed_under(i, layer) && !found.count(i)) {
-      probes->missing_calls_.emplace_back(calls[i].name);
+      plan.missing_calls.emplace_back(calls[i].name);
     }
   }
   if (targets.empty()) {
     return make_error(path + ": exports none of the traced " + std::string(api_name(api)) +
                       " calls (stripped or not a CUDA library?)");
   }
+  // Each pair's site (probe_sites.h): read from the same file, bounded by the symbol's size
+  // where the ELF gives one. A file that cannot be read here keeps every probe at +0.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  for (auto& [offset, site] : targets) {
+#if defined(__x86_64__)
+    if (fd >= 0) {
+      std::vector<std::uint8_t> code = read_code(fd, offset);
+      if (const std::uint64_t size = sizes[offset]; size > 0 && size < code.size()) {
+        code.resize(size);
+      }
+      site.site = choose_site(code, policy.emulation, policy.moves);
+    }
+#else
+    (void)policy;
+#endif
+    plan.sites.push_back(std::move(site));
+  }
+  if (fd >= 0) ::close(fd);
+  return plan;
+}
+
+Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms& programs,
+                                                             const std::string& path, Api api,
+                                                             LaunchLayer layer,
+                                                             const SitePolicy& policy) {
+  bpf_program* enter = api == Api::kNccl ? programs.nccl_enter : programs.enter;
+  bpf_program* exit = api == Api::kNccl ? programs.nccl_exit : programs.exit;
+  auto plan = plan_probes(path, api, layer, policy);
+  if (!plan) return plan.error();
+  auto probes = std::make_unique<LibraryProbes>();
+  probes->missing_calls_ = std::move(plan->missing_calls);
+  probes->sites_ = std::move(plan->sites);
+  const std::vector<SymbolSite>& targets = probes->sites_;
   bpf_program* enter_multi = api == Api::kNccl ? programs.nccl_enter_multi : programs.enter_multi;
   bpf_program* exit_multi = api == Api::kNccl ? programs.nccl_exit_multi : programs.exit_multi;
   if (enter_multi && exit_multi) {
     std::vector<std::uint64_t> offsets, cookies;
-    for (const auto& [offset, target] : targets) {
-      offsets.push_back(offset);
-      cookies.push_back(cookie_of(target.first));
+    for (const SymbolSite& t : targets) {
+      offsets.push_back(t.offset + t.site.delta);
+      cookies.push_back(cookie_of(t.call_id));
     }
     auto in = attach_multi(enter_multi, path, offsets, cookies, false);
     auto out = in ? attach_multi(exit_multi, path, offsets, cookies, true) : Result<FdLink>(in.error());
@@ -141,7 +215,7 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
       probes->multi_links_.push_back(std::move(*in));
       probes->multi_links_.push_back(std::move(*out));
       probes->probes_ = 2 * targets.size();
-      for (const auto& [offset, target] : targets) probes->attached_symbols_.push_back(target.second);
+      for (const SymbolSite& t : targets) probes->attached_symbols_.push_back(t.symbol);
       return probes;
     }
     // A kernel that refuses them for this file: the per-probe links below, said once per file.
@@ -158,33 +232,38 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
                       EMFILE);
   }
   Error last;
-  for (const auto& [offset, target] : targets) {
-    auto in = attach_one(enter, path, offset, target.first, false);
+  const size_t planned = targets.size();
+  for (const SymbolSite& t : targets) {
+    auto in = attach_one(enter, path, t.offset + t.site.delta, t.call_id, false);
     if (!in) {
       last = in.error();
       continue;
     }
-    auto out = attach_one(exit, path, offset, target.first, true);
+    auto out = attach_one(exit, path, t.offset + t.site.delta, t.call_id, true);
     if (!out) {
       last = out.error();
       continue;  // `in` is detached here: a call without its return would never close
     }
     probes->links_.push_back(std::move(*in));
     probes->links_.push_back(std::move(*out));
-    probes->attached_symbols_.push_back(target.second);
+    probes->attached_symbols_.push_back(t.symbol);
   }
   if (probes->links_.empty()) {
     return make_error(path + ": no probe could be attached: " + last.message, last.err);
   }
+  // Only the symbols whose pair attached keep a site.
+  const std::set<std::string> paired(probes->attached_symbols_.begin(),
+                                     probes->attached_symbols_.end());
+  std::erase_if(probes->sites_, [&](const SymbolSite& s) { return !paired.count(s.symbol); });
   probes->probes_ = probes->links_.size();
-  if (probes->attached_symbols_.size() < targets.size()) {
+  if (probes->attached_symbols_.size() < planned) {
     // Out of file descriptors or memory part way: a partial set would stay partial for good
     // (the file counts as traced). Give it all back and let discovery retry the whole file.
     if (last.err == EMFILE || last.err == ENFILE || last.err == ENOMEM) {
       const size_t attached = probes->attached_symbols_.size();
       probes.reset();
       return make_error(path + ": only " + std::to_string(attached) + " of " +
-                            std::to_string(targets.size()) + " probes could be attached: " +
+                            std::to_string(planned) + " probes could be attached: " +
                             last.message,
                         last.err);
     }

@@ -1,5 +1,7 @@
 // Uprobes on one library file: an entry and a return probe on every exported symbol that is a
-// traced call or a variant of one, the call id as bpf_cookie
+// traced call or a variant of one, at the site probe_sites.h chooses from the symbol's first
+// instructions (the driver stub's je at +10, not its single-stepped compare), the call id as
+// bpf_cookie
 // (trace::cookie_of: the call id, plus how NCCL probes read arguments). Probes attach to the file (its
 // inode), so every process that maps it is traced, including ones that map it later.
 // Where the kernel has multi-uprobe links (Linux 6.6; CallPrograms::enter_multi is set), a file
@@ -17,6 +19,7 @@
 
 #include "common/result.h"
 #include "trace/calls.h"
+#include "trace/probe_sites.h"
 
 struct bpf_program;
 struct bpf_link;
@@ -54,6 +57,34 @@ class FdLink {
   int fd_;
 };
 
+// How sites are chosen: what the running kernel emulates (probe_cost.h measures it) and
+// whether probes may leave +0 at all (--probe-sites: auto moves them, entry keeps +0).
+struct SitePolicy {
+  Emulation emulation = default_emulation();
+  bool moves = true;
+};
+
+// Where one symbol's probe pair sits (`check`, the log, tests).
+struct SymbolSite {
+  std::string symbol;
+  std::uint32_t call_id = 0;
+  std::uint64_t offset = 0;  // the symbol's file offset; the probes are at offset + site.delta
+  ProbeSite site;
+};
+
+// "38 emulated (36 jcc at +10, 2 push at +0), 2 single-stepped (cuFoo, cuBar)": symbol names
+// escaped, at most four listed.
+std::string describe_sites(const std::vector<SymbolSite>& sites);
+
+// What attach() would do to a file, without touching the kernel: one site per distinct symbol
+// address of a traced call (file-offset order), and the calls the file lacks. `check` shows it.
+struct ProbePlan {
+  std::vector<SymbolSite> sites;
+  std::vector<std::string> missing_calls;
+};
+Result<ProbePlan> plan_probes(const std::string& path, Api api, LaunchLayer layer,
+                              const SitePolicy& policy);
+
 class LibraryProbes {
  public:
   LibraryProbes() = default;
@@ -64,12 +95,17 @@ class LibraryProbes {
   // missing_calls() (the caller warns once).
   static Result<std::unique_ptr<LibraryProbes>> attach(const CallPrograms& programs,
                                                        const std::string& path, Api api,
-                                                       LaunchLayer layer);
+                                                       LaunchLayer layer,
+                                                       const SitePolicy& policy = {});
 
   size_t probe_count() const { return probes_; }
   bool multi() const { return !multi_links_.empty(); }  // attached through multi-uprobe links
   const std::vector<std::string>& attached_symbols() const { return attached_symbols_; }
   const std::vector<std::string>& missing_calls() const { return missing_calls_; }
+  // Per attached symbol (in file-offset order), the site and its class.
+  const std::vector<SymbolSite>& sites() const { return sites_; }
+  // Probes (entry and return each) by the class of their site.
+  size_t probes_of(SiteClass cls) const;
 
  private:
   std::vector<LinkPtr> links_;
@@ -77,6 +113,11 @@ class LibraryProbes {
   size_t probes_ = 0;
   std::vector<std::string> attached_symbols_;
   std::vector<std::string> missing_calls_;
+  std::vector<SymbolSite> sites_;
 };
+
+// The first kSiteWindow bytes of the function at `file_offset` of an open file (fewer where the
+// file ends); empty when it cannot be read.
+std::vector<std::uint8_t> read_code(int fd, std::uint64_t file_offset);
 
 }  // namespace stallwatch::trace

@@ -129,6 +129,12 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   snap->traced_processes = counts.traced_processes;
   snap->attached_libraries = counts.attached_libraries;
   snap->attached_probes = counts.attached_probes;
+  snap->emulated_probes = counts.emulated_probes;
+  snap->stepped_calls = counts.stepped_calls;
+  if (counts.calibration) {
+    snap->trap_cost_emulated = counts.calibration->emulated;
+    snap->trap_cost_stepped = counts.calibration->stepped;
+  }
   snap->libraries_refused = counts.libraries_refused;
   snap->discovery_dropped = counts.discovery_dropped;
   snap->thread_failures = guarded_failures();

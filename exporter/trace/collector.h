@@ -37,8 +37,11 @@ struct TraceCounts {
   std::uint64_t traced_processes = 0;
   std::uint64_t attached_libraries = 0;
   std::uint64_t attached_probes = 0;
+  std::uint64_t emulated_probes = 0;    // of attached_probes, on sites the kernel emulates
   std::uint64_t libraries_refused = 0;  // over --max-libraries (each file once)
   std::uint64_t discovery_dropped = 0;  // library-mapping events dropped: discovery's queue full
+  const ProbeCalibration* calibration = nullptr;  // the start's measure of a probe's cost
+  std::vector<bool> stepped_calls;  // by call id: probed on a single-stepped site somewhere
 };
 
 class Collector : private SourceContext {

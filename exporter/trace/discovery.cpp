@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -178,7 +179,8 @@ bool Discovery::scan_process(int pid) {
         continue;
       }
       const auto started = std::chrono::steady_clock::now();
-      auto probes = LibraryProbes::attach(programs_, path, lib.api, options_.launch_layer);
+      auto probes = LibraryProbes::attach(programs_, path, lib.api, options_.launch_layer,
+                                          options_.sites);
       const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::steady_clock::now() - started);
       if (!probes) {
@@ -201,7 +203,8 @@ bool Discovery::scan_process(int pid) {
       retrying_.erase(key);
       SW_LOG(kInfo) << "tracing " << escape_name(lib.path) << " (" << api_name(lib.api) << ", pid " << pid
                     << "): " << (*probes)->attached_symbols().size() << " symbols, "
-                    << (*probes)->probe_count() << " probes in " << took.count() << " ms";
+                    << (*probes)->probe_count() << " probes in " << took.count() << " ms"
+                    << "; sites: " << describe_sites((*probes)->sites());
       if (!(*probes)->missing_calls().empty()) {
         SW_LOG(kWarn) << escape_name(lib.path) << " does not export " << join((*probes)->missing_calls())
                       << "; those calls are not traced in it";
@@ -266,7 +269,8 @@ void Discovery::attach_on_disk() {
       continue;
     }
     const auto started = std::chrono::steady_clock::now();
-    auto probes = LibraryProbes::attach(programs_, file.proc_path(), f.api, options_.launch_layer);
+    auto probes = LibraryProbes::attach(programs_, file.proc_path(), f.api, options_.launch_layer,
+                                          options_.sites);
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
     if (!probes) {
@@ -277,7 +281,8 @@ void Discovery::attach_on_disk() {
     SW_LOG(kInfo) << "tracing " << escape_name(f.path) << " (" << api_name(f.api)
                   << ", on disk, before any process maps it): "
                   << (*probes)->attached_symbols().size() << " symbols, "
-                  << (*probes)->probe_count() << " probes in " << took.count() << " ms";
+                  << (*probes)->probe_count() << " probes in " << took.count() << " ms"
+                  << "; sites: " << describe_sites((*probes)->sites());
     Library lib{f.path, std::move(*probes), {}};
     lib.on_disk = true;
     libraries_.emplace(key, std::move(lib));
@@ -366,9 +371,27 @@ void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
   publish_counts();
 }
 
+std::vector<bool> Discovery::stepped_calls() const {
+  std::lock_guard<std::mutex> lock(stepped_mu_);
+  return stepped_calls_;
+}
+
 void Discovery::publish_counts() {
   size_t probes = 0;
-  for (const auto& [key, lib] : libraries_) probes += lib.probes->probe_count();
+  size_t emulated = 0;
+  std::vector<bool> stepped(all_calls().size(), false);
+  for (const auto& [key, lib] : libraries_) {
+    probes += lib.probes->probe_count();
+    emulated += lib.probes->probes_of(SiteClass::kEmulated);
+    for (const SymbolSite& s : lib.probes->sites()) {
+      if (s.site.cls == SiteClass::kStepped && s.call_id < stepped.size()) stepped[s.call_id] = true;
+    }
+  }
+  emulated_probes_ = emulated;
+  {
+    std::lock_guard<std::mutex> lock(stepped_mu_);
+    stepped_calls_ = std::move(stepped);
+  }
   traced_processes_ = processes_.size();
   attached_libraries_ = libraries_.size();
   attached_probes_ = probes;

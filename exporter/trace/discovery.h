@@ -53,6 +53,7 @@ struct DiscoveryOptions {
   std::vector<std::string> library_dirs;
   bool attach_on_disk = false;
   LaunchLayer launch_layer = LaunchLayer::kDriver;  // --launch-layer: whose launches get probes
+  SitePolicy sites;  // what this kernel emulates (probe_cost.h); --probe-sites
 };
 
 // Library-mapping events from the ring-buffer thread to the discovery thread. push() only
@@ -118,6 +119,11 @@ class Discovery {
   size_t traced_processes() const { return traced_processes_.load(); }
   size_t attached_libraries() const { return attached_libraries_.load(); }
   size_t attached_probes() const { return attached_probes_.load(); }
+  // Of attached_probes(), those whose site the kernel emulates (the rest are single-stepped).
+  size_t emulated_probes() const { return emulated_probes_.load(); }
+  // By call id (trace/calls.h): whether some attached file probes that call on a site the
+  // kernel single-steps (the probe cost estimate prices its calls so). Any thread.
+  std::vector<bool> stepped_calls() const;
   // Library files refused because max_libraries were traced (each file counted once).
   std::uint64_t refused_libraries() const { return refused_libraries_.load(); }
 
@@ -174,6 +180,9 @@ class Discovery {
   std::function<void(int)> on_found_, on_gone_;
   Reaper reaper_;  // probes still attached at shutdown are destroyed after it, on the caller
   std::atomic<size_t> traced_processes_{0}, attached_libraries_{0}, attached_probes_{0};
+  std::atomic<size_t> emulated_probes_{0};
+  mutable std::mutex stepped_mu_;
+  std::vector<bool> stepped_calls_;
   std::atomic<std::uint64_t> refused_libraries_{0};
   std::uint64_t failures_remembered_ = 0;
 };

@@ -19,6 +19,7 @@
 #include "identity/cgroup_identity.h"
 #include "identity/kube_metadata.h"
 #include "trace/histogram.h"
+#include "trace/probe_cost.h"
 #include "trace/records.h"
 
 namespace stallwatch {
@@ -227,6 +228,9 @@ struct Series : SeriesTotals {
   // Share of the CUDA-issuing threads' wall time, last window, spent blocked outside any CUDA
   // call: the host making the GPU wait between steps (stallwatch_gpu_starvation_ratio).
   double starvation_ratio = 0;
+  // Estimated share of the CUDA-issuing threads' CPU time, last window, spent in stallwatch's
+  // probes: calls × the measured trap cost of their site class (stallwatch_workload_probe_cost_ratio).
+  double probe_cost_ratio = 0;
   std::vector<ProcessCall> processes;
   std::map<int, ProcessInfo> process_info;  // by pid, live processes only
   std::vector<Preemptor> preemptors;  // every one the kernel's map holds, top first
@@ -326,6 +330,10 @@ struct Snapshot {
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now
   std::uint64_t attached_libraries = 0;  // library files with probes now
   std::uint64_t attached_probes = 0;     // uprobe + uretprobe links now
+  std::uint64_t emulated_probes = 0;     // of those, on an instruction the kernel emulates
+  // What one probe costs here by class, measured at start (trace/probe_cost.h; `run` only).
+  trace::TrapCost trap_cost_emulated, trap_cost_stepped;
+  std::vector<bool> stepped_calls;  // by call id: some file probes it on a single-stepped site
   std::uint64_t libraries_refused = 0;   // library files not traced: --max-libraries reached
   std::uint64_t discovery_dropped = 0;   // library-mapping events dropped in user space
   std::uint64_t thread_failures = 0;     // steps a thread lost to an exception (common/guard.h)

@@ -136,7 +136,7 @@ CheckReport small_report() {
   lib.pids = {12, 345};
   lib.comms = {"python3", "pt_main\tthread"};
   r.libraries.push_back(lib);
-  r.libraries.push_back({"/opt/libnccl.so.2", "nccl", false, {}, {}});
+  r.libraries.push_back({"/opt/libnccl.so.2", "nccl", false, {}, {}, trace::Api::kNccl, ""});
   return r;
 }
 
@@ -159,9 +159,9 @@ TEST(RenderTest, Json) {
             R"j({"name":"kernel","status":"ok","detail":"6.18.44 (x86_64)","fix":""},)j"
             R"j({"name":"tracefs","status":"warn","detail":"not \"mounted\"","fix":"mount it"}],)j"
             R"j("libraries":[{"path":"/usr/lib/libcuda.so.1","kind":"cuda","mapped":true,)j"
-            R"j("pids":[12,345],"processes":["python3","pt_main\tthread"]},)j"
+            R"j("pids":[12,345],"processes":["python3","pt_main\tthread"],"sites":""},)j"
             R"j({"path":"/opt/libnccl.so.2","kind":"nccl","mapped":false,"pids":[],)j"
-            R"j("processes":[]}],"python":[]})j");
+            R"j("processes":[],"sites":""}],"python":[]})j");
   r.python.push_back({12, "python3", true, "Python 3.12 frames (/usr/lib/libpython3.12.so.1.0)"});
   r.python.push_back({345, "pt_main\tthread", false, "no Python frames: not CPython"});
   EXPECT_TRUE(render_json(r).ends_with(

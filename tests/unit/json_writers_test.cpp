@@ -68,12 +68,13 @@ TEST(JsonWriters, ExplainReport) {
 TEST(JsonWriters, CheckReport) {
   cli::CheckReport r;
   r.items.push_back({kHostile, cli::Status::kWarn, kHostile, "fix"});
-  r.libraries.push_back({kHostile, "cuda", true, {7}, {kHostile}});
+  r.libraries.push_back({kHostile, "cuda", true, {7}, {kHostile}, trace::Api::kDriver, kHostile});
   const std::string text = cli::render_json(r);
   EXPECT_EQ(text.find('\n'), std::string::npos);
   auto j = parse(text);
   expect_cleaned(j["checks"][0]["name"].get<std::string>());
   expect_cleaned(j["libraries"][0]["processes"][0].get<std::string>());
+  expect_cleaned(j["libraries"][0]["sites"].get<std::string>());
   EXPECT_EQ(j["libraries"][0]["pids"][0].get<int>(), 7);
 }
 

@@ -112,6 +112,22 @@ class ConfigFile : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+TEST(ParseRunOptionsTest, ProbeSites) {
+  auto o = parse({});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_TRUE(o->move_probe_sites) << "auto by default";
+  o = parse({"--probe-sites", "entry"});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_FALSE(o->move_probe_sites);
+  o = parse({"--probe-sites", "auto"});
+  ASSERT_TRUE(o);
+  EXPECT_TRUE(o->move_probe_sites);
+  o = parse({"--probe-sites", "middle"});
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("middle: expected auto or entry"), std::string::npos)
+      << o.error().message;
+}
+
 TEST(ParseRunOptionsTest, Defaults) {
   const auto o = parse({});
   ASSERT_TRUE(o.ok()) << o.error().message;
@@ -370,6 +386,7 @@ const std::map<std::string, std::string>& samples() {
       {"library-dirs", "/opt/cuda/lib"},
       {"attach-on-disk", "true"},
       {"uprobe-multi", "off"},
+      {"probe-sites", "entry"},
       {"launch-layer", "both"},
       {"hang-threshold", "90s"},
       {"gpu-monitor", "off"},
