@@ -389,6 +389,14 @@ function overview() {
     xidExtra: [[`sum by (instance, reason) (increase(stallwatch_gpu_xid_lost_total${SELF}[${RI}]))`, '{{instance}} Xid lines not counted: {{reason}}']],
     xidNote: ' Beside them, increase(stallwatch_gpu_xid_lost_total) by reason: Xid lines the daemon did not count (rate: over 64 a second, not kept; overrun: kernel log records overwritten before they were read, Xid or not).',
   });
+
+  p.push(row('What stallwatch costs the jobs'));
+  p.push(timeseries('Probe cost per workload', 'stallwatch_workload_probe_cost_ratio: estimated share of the workload\'s CUDA-issuing threads\' CPU time spent in stallwatch\'s probes (its calls times the trap cost the daemon measured at start for each site class). A launch-bound job shows the most.',
+    [[`max by (workload) (${wl(`stallwatch_workload_probe_cost_ratio${sel()}`)})`, '{{workload}}']], { unit: 'percentunit', w: 8, min: 0 }));
+  p.push(timeseries('Probes by site class', 'stallwatch_probe_sites by class: probes on an instruction the kernel emulates, and probes it single-steps out of line (several times the cost; docs/bpf.md "Probe sites").',
+    [[`sum by (instance, class) (stallwatch_probe_sites${SELF})`, '{{instance}} {{class}}']], { w: 8, min: 0 }));
+  p.push(timeseries('Trap cost per probe', 'stallwatch_probe_trap_seconds: what one probe adds to a call on each node, measured at the daemon\'s start, by site class and probe (entry, return).',
+    [[`max by (instance, class, probe) (stallwatch_probe_trap_seconds${SELF})`, '{{instance}} {{class}} {{probe}}']], { unit: 's', w: 8, min: 0 }));
   return dashboard({
     uid: 'stallwatch-overview',
     title: 'GPU stalls — overview',

@@ -81,7 +81,7 @@ start_daemon() {
   echo "$daemon_pid" > /tmp/daemon.pid
   until_ok 300 curl -sf --max-time 5 http://127.0.0.1:9464/healthz > /dev/null ||
     { cat "$out/daemon-run.log"; fail "not ready"; }
-  grep -E "warn|error|ready" "$out/daemon-run.log" | grep -v "debug:" || true
+  grep -E "warn|error|ready|probe sites:" "$out/daemon-run.log" | grep -v "debug:" || true
   until_ok 60 at_least 1 stallwatch_snapshot_sequence || fail "no window"
   scrape | grep '^stallwatch_bpf_programs_loaded' | tee "$out/programs.txt"
   ! grep -q ' 0$' "$out/programs.txt" || echo "some programs are not loaded (above)"
