@@ -3,7 +3,8 @@
 // would attach cuda_enter/cuda_exit: one pair per distinct file offset of every exported symbol
 // call_for_symbol() knows, pid -1 (all processes), on each library named. --launch-layer L
 // (driver, runtime, both; default both) leaves out the launches the daemon's --launch-layer L
-// leaves out. --entry-only attaches the entry program alone (the cost of a uprobe without its
+// leaves out. Each pair sits where the daemon's would (trace/probe_sites.h: the first instruction
+// this kernel emulates); --probe-sites entry puts every pair at its symbol. --entry-only attaches the entry program alone (the cost of a uprobe without its
 // uretprobe). With --sched, also an empty tp_btf program on sched_switch and on sched_wakeup
 // (the floor of the scheduler hooks). With --timer, the timer pair instead of the empty pair (two
 // clock reads and two task-storage lookups per call: the floor of any per-thread call timer).
@@ -22,20 +23,21 @@
 #include <vector>
 
 #include "empty_probe.skel.h"
+#include "trace/attach.h"
 #include "trace/calls.h"
-#include "trace/elf_symbols.h"
+#include "trace/probe_cost.h"
 
 namespace {
 
 struct SkelDeleter {
   void operator()(empty_probe_bpf* skel) const { empty_probe_bpf__destroy(skel); }
 };
-struct LinkDeleter {
+struct OwnedLinkDeleter {
   void operator()(bpf_link* link) const { bpf_link__destroy(link); }
 };
-using LinkPtr = std::unique_ptr<bpf_link, LinkDeleter>;
+using OwnedLink = std::unique_ptr<bpf_link, OwnedLinkDeleter>;
 
-LinkPtr attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool retprobe) {
+OwnedLink attach(bpf_program* prog, const std::string& path, std::uint64_t offset, bool retprobe) {
   bpf_uprobe_opts opts{};
   opts.sz = sizeof(opts);
   opts.retprobe = retprobe;
@@ -44,7 +46,7 @@ LinkPtr attach(bpf_program* prog, const std::string& path, std::uint64_t offset,
     std::fprintf(stderr, "empty_probe: %s at %s+0x%llx: %s\n", retprobe ? "uretprobe" : "uprobe",
                  path.c_str(), static_cast<unsigned long long>(offset), std::strerror(errno));
   }
-  return LinkPtr(link);
+  return OwnedLink(link);
 }
 
 }  // namespace
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   bool sched = false;
   bool timer = false;
   bool entry_only = false;
+  bool sites_auto = true;
   LaunchLayer layer = LaunchLayer::kBoth;
   std::vector<std::string> paths;
   bool usage = false;
@@ -64,6 +67,10 @@ int main(int argc, char** argv) {
       timer = true;
     } else if (std::strcmp(argv[i], "--entry-only") == 0) {
       entry_only = true;
+    } else if (std::strcmp(argv[i], "--probe-sites") == 0 && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "auto" && v != "entry") usage = true;
+      sites_auto = v == "auto";
     } else if (std::strcmp(argv[i], "--launch-layer") == 0 && i + 1 < argc) {
       auto l = parse_launch_layer(argv[++i]);
       if (!l) usage = true;
@@ -77,9 +84,15 @@ int main(int argc, char** argv) {
   if (usage || paths.empty()) {
     std::fprintf(stderr,
                  "usage: empty_probe LIBRARY... [--sched] [--timer] [--entry-only] "
-                 "[--launch-layer driver|runtime|both]   (e.g. build/mock/libcudart.so.12)\n");
+                 "[--launch-layer driver|runtime|both] [--probe-sites auto|entry]   (e.g. "
+                 "build/mock/libcudart.so.12)\n");
     return 2;
   }
+  // Where the probes go: as the daemon would put them (--probe-sites auto: measured on this
+  // kernel), or every one at its symbol (--probe-sites entry).
+  SitePolicy policy;
+  policy.moves = sites_auto;
+  if (sites_auto) policy.emulation = calibrate_probes().emulation;
   // (path, offset) -> symbol: aliases share an offset, one pair each.
   std::map<std::pair<std::string, std::uint64_t>, std::string> targets;
   for (const std::string& path : paths) {
@@ -89,14 +102,14 @@ int main(int argc, char** argv) {
                    path.c_str());
       return 1;
     }
-    auto symbols = read_function_symbols(path);
-    if (!symbols) {
-      std::fprintf(stderr, "empty_probe: %s\n", symbols.error().message.c_str());
+    // The sites the daemon would choose (trace/attach.h): the floor pays the same kind of trap.
+    auto plan = plan_probes(path, *api, layer, policy);
+    if (!plan) {
+      std::fprintf(stderr, "empty_probe: %s\n", plan.error().message.c_str());
       return 1;
     }
-    for (const auto& s : *symbols) {
-      auto id = call_for_symbol(s.name, *api);
-      if (id && probed_under(*id, layer)) targets.emplace(std::make_pair(path, s.file_offset), s.name);
+    for (const SymbolSite& s : plan->sites) {
+      targets.emplace(std::make_pair(path, s.offset + s.site.delta), s.symbol);
     }
   }
   if (targets.empty()) {
@@ -125,7 +138,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "empty_probe: loading the BPF object: %s\n", std::strerror(errno));
     return 1;
   }
-  std::vector<LinkPtr> links;
+  std::vector<OwnedLink> links;
   bool ok = true;
   if (sched) {
     for (bpf_program* prog : {skel->progs.empty_switch, skel->progs.empty_wakeup}) {

@@ -95,8 +95,15 @@ done
 grep -h "probe sites:" "$tmp"/daemon-auto.log | head -n 1 | sed 's/^.*probe sites: /calibration: /' >&2 || true
 
 python3 - "$tmp/rows" "$OUT" "$CALLS" "$ROUNDS" "$real" <<'PY'
-import json, statistics, sys, datetime, platform
+import json, random, statistics, sys, datetime, platform
 rows_path, out, calls, rounds, real = sys.argv[1:]
+
+def interval(xs, n=10000):
+    """95 % bootstrap interval of the median."""
+    rng = random.Random(48)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    return [meds[int(0.025 * n)], meds[int(0.975 * n) - 1]]
+
 rows = {}
 programs = {}
 for line in open(rows_path):
@@ -115,7 +122,9 @@ for lib in ("real", "mock"):
     med = {v: statistics.median(rows[(lib, v)]) for v in ("off", "entry", "auto")}
     prog = {v: {k: statistics.median(programs.get((lib, v, k), [0]))
                 for k in ("cuda_enter", "cuda_exit")} for v in ("entry", "auto")}
+    added = {v: [a - b for a, b in zip(rows[(lib, v)], rows[(lib, "off")])] for v in ("entry", "auto")}
     result["libraries"][lib] = {"median_ns": med,
+                               "added_interval_ns": {v: interval(added[v]) for v in added},
                                "added_ns": {v: med[v] - med["off"] for v in ("entry", "auto")},
                                "program_ns": prog,
                                "all_ns": {v: rows[(lib, v)] for v in ("off", "entry", "auto")}}
@@ -123,6 +132,9 @@ for lib in ("real", "mock"):
     print(f"{lib:8} {med['off']:9.0f} {med['entry']:10.0f} {med['auto']:9.0f}"
           f" {med['entry'] - med['off']:9.0f} {med['auto'] - med['off']:11.0f}"
           f" {p['cuda_enter']:8.0f}+{p['cuda_exit']:.0f}")
+    for v in ("entry", "auto"):
+        lo, hi = result["libraries"][lib]["added_interval_ns"][v]
+        print(f"  {lib} {v}: added per call, 95 % interval of the median over rounds {lo:.0f}..{hi:.0f} ns")
 json.dump(result, open(out, "w"), indent=1)
 print(f"wrote {out}")
 PY
