@@ -38,4 +38,19 @@ int probe_cost_exit(void *ctx)
 	return 0;
 }
 
+/* The same, loaded for multi-uprobe links (Linux 6.6) where the kernel has them. */
+SEC("uprobe")
+int probe_cost_enter_multi(void *ctx)
+{
+	count_hit(0);
+	return 0;
+}
+
+SEC("uretprobe")
+int probe_cost_exit_multi(void *ctx)
+{
+	count_hit(1);
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

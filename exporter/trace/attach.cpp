@@ -1,6 +1,7 @@
 #include "trace/attach.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,6 +18,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "trace/elf_symbols.h"
+#include "trace/uprobe_multi.h"
 
 namespace stallwatch::trace {
 
@@ -62,29 +64,7 @@ struct UprobeMultiAttr {
 };
 static_assert(sizeof(UprobeMultiAttr) == 64);
 constexpr std::uint32_t kBpfLinkCreate = 28;         // enum bpf_cmd BPF_LINK_CREATE
-constexpr std::uint32_t kUprobeMultiAttachType = 48;  // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI
 constexpr std::uint32_t kUprobeMultiReturn = 1;       // BPF_F_UPROBE_MULTI_RETURN
-
-Result<FdLink> attach_multi(bpf_program* prog, const std::string& path,
-                            const std::vector<std::uint64_t>& offsets,
-                            const std::vector<std::uint64_t>& cookies, bool retprobe) {
-  UprobeMultiAttr attr{};
-  attr.prog_fd = static_cast<std::uint32_t>(bpf_program__fd(prog));
-  attr.attach_type = kUprobeMultiAttachType;
-  attr.path = reinterpret_cast<std::uintptr_t>(path.c_str());
-  attr.offsets = reinterpret_cast<std::uintptr_t>(offsets.data());
-  attr.cookies = reinterpret_cast<std::uintptr_t>(cookies.data());
-  attr.cnt = static_cast<std::uint32_t>(offsets.size());
-  attr.flags = retprobe ? kUprobeMultiReturn : 0;
-  const long fd = ::syscall(__NR_bpf, kBpfLinkCreate, &attr, sizeof(attr));
-  if (fd < 0) {
-    const int err = errno;
-    return make_error(std::string(retprobe ? "multi-uretprobe" : "multi-uprobe") + " link of " +
-                          std::to_string(offsets.size()) + " offsets: " + std::strerror(err),
-                      err);
-  }
-  return FdLink(static_cast<int>(fd));
-}
 
 // File descriptors this process may still open (RLIMIT_NOFILE minus those open); -1 unknown.
 long free_descriptors() {
@@ -99,6 +79,37 @@ long free_descriptors() {
 }
 
 }  // namespace
+
+Result<FdLink> attach_uprobe_multi(bpf_program* prog, const std::string& path,
+                                   const std::vector<std::uint64_t>& offsets,
+                                   const std::vector<std::uint64_t>& cookies, bool retprobe,
+                                   std::uint32_t pid) {
+  UprobeMultiAttr attr{};
+  attr.prog_fd = static_cast<std::uint32_t>(bpf_program__fd(prog));
+  attr.attach_type = static_cast<std::uint32_t>(kUprobeMultiAttachType);
+  attr.path = reinterpret_cast<std::uintptr_t>(path.c_str());
+  attr.offsets = reinterpret_cast<std::uintptr_t>(offsets.data());
+  attr.cookies = reinterpret_cast<std::uintptr_t>(cookies.data());
+  attr.cnt = static_cast<std::uint32_t>(offsets.size());
+  attr.flags = retprobe ? kUprobeMultiReturn : 0;
+  attr.pid = pid;
+  const long fd = ::syscall(__NR_bpf, kBpfLinkCreate, &attr, sizeof(attr));
+  if (fd < 0) {
+    const int err = errno;
+    return make_error(std::string(retprobe ? "multi-uretprobe" : "multi-uprobe") + " link of " +
+                          std::to_string(offsets.size()) + " offsets: " + std::strerror(err),
+                      err);
+  }
+  return FdLink(static_cast<int>(fd));
+}
+
+bool kernel_has_uprobe_multi() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (libbpf_get_error(vmlinux)) return false;
+  const bool has = btf__find_by_name_kind(vmlinux, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
+  btf__free(vmlinux);
+  return has;
+}
 
 std::vector<std::uint8_t> read_code(int fd, std::uint64_t file_offset) {
   std::vector<std::uint8_t> code(kSiteWindow);
@@ -209,8 +220,8 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
       offsets.push_back(t.offset + t.site.delta);
       cookies.push_back(cookie_of(t.call_id));
     }
-    auto in = attach_multi(enter_multi, path, offsets, cookies, false);
-    auto out = in ? attach_multi(exit_multi, path, offsets, cookies, true) : Result<FdLink>(in.error());
+    auto in = attach_uprobe_multi(enter_multi, path, offsets, cookies, false);
+    auto out = in ? attach_uprobe_multi(exit_multi, path, offsets, cookies, true) : Result<FdLink>(in.error());
     if (in && out) {
       probes->multi_links_.push_back(std::move(*in));
       probes->multi_links_.push_back(std::move(*out));

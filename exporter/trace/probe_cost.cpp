@@ -20,11 +20,14 @@
 
 #include "probe_cost.skel.h"
 #include "trace/proc_maps.h"
+#include "trace/uprobe_multi.h"
 
 #if defined(__x86_64__)
-// The targets: each begins with the instruction its name says, then returns. sw_cal_stub is
-// the shape of every cu* entry of NVIDIA's driver (cmpl $imm32, disp32(%rip) is 10 bytes; the je
-// follows at +10). Never called by the daemon itself, only by its calibration child.
+// The targets: each begins with the instruction its name says, then returns. sw_cal_stub and
+// sw_cal_stub2 have the shape of every cu* entry of NVIDIA's driver (cmpl $imm32, disp32(%rip) is
+// 10 bytes; the je follows at +10): the first is probed on its compare, the second on its je, so
+// that probes on every target at once never meet in one call. Never called by the daemon itself,
+// only by its calibration children.
 asm(R"(
   .text
   .p2align 4
@@ -36,6 +39,15 @@ sw_cal_stub:
 1:
   ret
   .size sw_cal_stub, .-sw_cal_stub
+  .p2align 4
+  .hidden sw_cal_stub2
+  .type sw_cal_stub2,@function
+sw_cal_stub2:
+  cmpl $0x321cba00, sw_cal_flag(%rip)
+  je 3f
+3:
+  ret
+  .size sw_cal_stub2, .-sw_cal_stub2
   .p2align 4
   .hidden sw_cal_push
   .type sw_cal_push,@function
@@ -87,6 +99,7 @@ sw_cal_flag:
 )");
 extern "C" {
 void sw_cal_stub();
+void sw_cal_stub2();
 void sw_cal_push();
 void sw_cal_nop();
 void sw_cal_nopl();
@@ -194,98 +207,85 @@ bool file_offset_of(Target fn, std::uint64_t* offset) {
   return false;
 }
 
-class SiteRunner {
+// One calibration child: forked, it measures the native loop at once, then one phase per 'g'.
+class Child {
  public:
-  SiteRunner(probe_cost_bpf* skel, const CalibrationOptions& o) : skel_(skel), o_(o) {}
+  Child(const CalibrationOptions& o, Target fn, bool timed)
+      : o_(o), calls_(timed ? o.timed_calls : o.detect_calls), batches_(timed ? o.batches : 1) {
+    fn_ = fn;
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child() { finish(); }
 
-  SiteRun run(Target fn, std::uint32_t delta, bool timed) {
-    SiteRun r;
-    std::uint64_t offset = 0;
-    if (!file_offset_of(fn, &offset)) {
-      r.error = "the calibration target is not in a file mapping";
-      return r;
-    }
-    offset += delta;
-    const int calls = timed ? o_.timed_calls : o_.detect_calls;
-    const int batches = timed ? o_.batches : 1;
+  int calls_per_phase() const { return calls_ * batches_; }
+  pid_t pid() const { return pid_; }
+
+  bool start(std::string& error) {
     int to_child[2], from_child[2];
     if (pipe2(to_child, O_CLOEXEC) != 0) {
-      r.error = std::string("pipe: ") + std::strerror(errno);
-      return r;
+      error = std::string("pipe: ") + std::strerror(errno);
+      return false;
     }
     if (pipe2(from_child, O_CLOEXEC) != 0) {
-      r.error = std::string("pipe: ") + std::strerror(errno);
+      error = std::string("pipe: ") + std::strerror(errno);
       close(to_child[0]);
       close(to_child[1]);
-      return r;
+      return false;
     }
 #if defined(__x86_64__)
     Target plain = sw_cal_plain;
 #else
-    Target plain = fn;
+    Target plain = fn_;
 #endif
-    const pid_t pid = fork();
-    if (pid == 0) {
+    pid_ = fork();
+    if (pid_ == 0) {
       // The parent's ends: held here, the child would never read end of file.
       close(to_child[1]);
       close(from_child[0]);
-      child_main(fn, plain, calls, batches, to_child[0], from_child[1]);
+      child_main(fn_, plain, calls_, batches_, to_child[0], from_child[1]);
     }
     close(to_child[0]);
     close(from_child[1]);
-    if (pid < 0) {
-      r.error = std::string("fork: ") + std::strerror(errno);
-      close(to_child[1]);
-      close(from_child[0]);
-      return r;
-    }
     in_ = from_child[0];
     out_ = to_child[1];
-    std::vector<Link> links;
-    r.ok = step(r.native, calls, batches, false, r.error);
-    if (r.ok) r.ok = probe(links, skel_->progs.probe_cost_enter, pid, offset, false, r.error);
-    if (r.ok) r.ok = step(r.entry, calls, batches, true, r.error) && hits(0, calls * batches, r.entry, r.error);
-    if (r.ok && timed) r.ok = probe(links, skel_->progs.probe_cost_exit, pid, offset, true, r.error);
-    if (r.ok && timed) r.ok = step(r.pair, calls, batches, true, r.error) && hits(1, calls * batches, r.pair, r.error);
-    close(out_);  // the child reads EOF and exits
-    close(in_);
-    int status = 0;
-    if (!r.ok) kill(pid, SIGKILL);
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    links.clear();  // detach: each waits for an RCU grace period
-    return r;
-  }
-
- private:
-  bool probe(std::vector<Link>& links, bpf_program* prog, pid_t pid, std::uint64_t offset,
-             bool retprobe, std::string& error) {
-    for (std::uint32_t slot = 0; slot < 2; ++slot) {
-      const std::uint64_t z = 0;
-      bpf_map__update_elem(skel_->maps.probe_cost_hits, &slot, sizeof(slot), &z, sizeof(z), BPF_ANY);
-    }
-    bpf_uprobe_opts opts{};
-    opts.sz = sizeof(opts);
-    opts.retprobe = retprobe;
-    bpf_link* l = bpf_program__attach_uprobe_opts(prog, pid, "/proc/self/exe", offset, &opts);
-    if (!l) {
-      error = std::string(retprobe ? "uretprobe" : "uprobe") + " on the daemon's own binary: " +
-              std::strerror(errno);
+    if (pid_ < 0) {
+      error = std::string("fork: ") + std::strerror(errno);
       return false;
     }
-    links.emplace_back(l);
-    return true;
+    return read_report(native, false, error);
   }
 
-  bool step(Phase& p, int calls, int batches, bool go, std::string& error) {
+  // The next phase: the calls with whatever probes are attached now.
+  bool phase(Phase& p, std::string& error) { return read_report(p, true, error); }
+
+  // Ends the child. Killed, not told by end of file: a child forked later holds copies of this
+  // one's pipe ends (fork copies every descriptor), so its end of file may never come.
+  void finish() {
+    if (out_ >= 0) close(out_);
+    if (in_ >= 0) close(in_);
+    out_ = in_ = -1;
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+    pid_ = -1;
+  }
+
+  Phase native;
+
+ private:
+  bool read_report(Phase& p, bool go, std::string& error) {
     if (go && write(out_, "g", 1) != 1) {
       error = "the calibration child is gone";
       return false;
     }
-    std::vector<std::uint64_t> report(static_cast<size_t>(std::min(batches, 64) + 1));
+    std::vector<std::uint64_t> report(static_cast<size_t>(std::min(batches_, 64) + 1));
     const size_t want = report.size() * sizeof(std::uint64_t);
     size_t got = 0;
-    const auto deadline = now_ns() + static_cast<std::uint64_t>(o_.child_timeout.count()) * 1000000ull;
+    const auto deadline =
+        now_ns() + static_cast<std::uint64_t>(o_.child_timeout.count()) * 1000000ull;
     while (got < want) {
       const std::uint64_t t = now_ns();
       if (t >= deadline) {
@@ -295,8 +295,7 @@ class SiteRunner {
       }
       pollfd pfd{in_, POLLIN, 0};
       const int ready = poll(&pfd, 1, static_cast<int>((deadline - t) / 1000000ull) + 1);
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) continue;
+      if (ready <= 0) continue;  // EINTR or the deadline: looked at above
       const ssize_t n = read(in_, reinterpret_cast<char*>(report.data()) + got, want - got);
       if (n <= 0) {
         error = "the calibration child exited early";
@@ -306,30 +305,146 @@ class SiteRunner {
     }
     std::vector<double> per_call;
     for (size_t b = 0; b + 1 < report.size(); ++b) {
-      per_call.push_back(static_cast<double>(report[b]) / calls);
+      per_call.push_back(static_cast<double>(report[b]) / calls_);
     }
     p.per_call_ns = median(per_call);
     p.stepped = report.back() != 0;
     return true;
   }
 
-  bool hits(std::uint32_t slot, int want, Phase& p, std::string& error) {
-    std::uint64_t n = 0;
-    bpf_map__lookup_elem(skel_->maps.probe_cost_hits, &slot, sizeof(slot), &n, sizeof(n), 0);
-    p.hits = n;
-    if (n != static_cast<std::uint64_t>(want)) {
-      error = "the " + std::string(slot ? "return" : "entry") + " probe fired " +
-              std::to_string(n) + " times for " + std::to_string(want) + " calls";
-      return false;
-    }
-    return true;
-  }
-
-  probe_cost_bpf* skel_;
   const CalibrationOptions& o_;
+  Target fn_ = nullptr;
+  int calls_;
+  int batches_;
+  pid_t pid_ = -1;
   int in_ = -1;
   int out_ = -1;
 };
+
+// The counting programs' hits, per slot (0 entry, 1 return).
+void reset_hits(probe_cost_bpf* skel) {
+  for (std::uint32_t slot = 0; slot < 2; ++slot) {
+    const std::uint64_t z = 0;
+    bpf_map__update_elem(skel->maps.probe_cost_hits, &slot, sizeof(slot), &z, sizeof(z), BPF_ANY);
+  }
+}
+
+bool expect_hits(probe_cost_bpf* skel, std::uint32_t slot, int want, Phase& p,
+                 std::string& error) {
+  std::uint64_t n = 0;
+  bpf_map__lookup_elem(skel->maps.probe_cost_hits, &slot, sizeof(slot), &n, sizeof(n), 0);
+  p.hits = n;
+  if (n == static_cast<std::uint64_t>(want)) return true;
+  error = "the " + std::string(slot ? "return" : "entry") + " probe fired " + std::to_string(n) +
+          " times for " + std::to_string(want) + " calls";
+  return false;
+}
+
+struct Site {
+  Target fn;
+  std::uint32_t delta;
+  InsnKind kind;
+  bool timed;
+  std::uint64_t offset = 0;  // in the daemon's executable, delta included
+  SiteRun run;
+};
+
+// Multi-uprobe links (Linux 6.6): one entry link over every site and one return link over the
+// timed ones, for all processes (only the children call the targets). Two links to detach, and
+// no perf event: enabling one patches the scheduler's code (a static key), which under qemu's
+// TCG once crashed a guest.
+bool run_with_multi_links(probe_cost_bpf* skel, const CalibrationOptions& o,
+                          std::vector<Site>& sites, std::string& error) {
+  std::vector<std::uint64_t> offsets, cookies;
+  for (const Site& s : sites) {
+    offsets.push_back(s.offset);
+    cookies.push_back(0);
+  }
+  auto entry = attach_uprobe_multi(skel->progs.probe_cost_enter_multi, "/proc/self/exe", offsets,
+                                   cookies, false);
+  if (!entry) {
+    error = entry.error().message;
+    return false;
+  }
+  std::vector<std::unique_ptr<Child>> timed;
+  for (Site& s : sites) {
+    auto child = std::make_unique<Child>(o, s.fn, s.timed);
+    SiteRun& r = s.run;
+    r.ok = child->start(r.error);
+    r.native = child->native;
+    if (r.ok) reset_hits(skel);
+    if (r.ok) r.ok = child->phase(r.entry, r.error);
+    if (r.ok) r.ok = expect_hits(skel, 0, child->calls_per_phase(), r.entry, r.error);
+    if (r.ok && s.timed) {
+      timed.push_back(std::move(child));
+    } else {
+      child->finish();
+    }
+  }
+  std::vector<std::uint64_t> ret_offsets, ret_cookies;
+  for (const Site& s : sites) {
+    if (s.timed && s.run.ok) {
+      ret_offsets.push_back(s.offset);
+      ret_cookies.push_back(0);
+    }
+  }
+  if (ret_offsets.empty()) return true;
+  auto ret = attach_uprobe_multi(skel->progs.probe_cost_exit_multi, "/proc/self/exe", ret_offsets,
+                                 ret_cookies, true);
+  size_t next = 0;
+  for (Site& s : sites) {
+    if (!s.timed || !s.run.ok) continue;
+    Child& child = *timed[next++];
+    SiteRun& r = s.run;
+    if (!ret) {
+      r.ok = false;
+      r.error = ret.error().message;
+    } else {
+      reset_hits(skel);
+      r.ok = child.phase(r.pair, r.error) &&
+             expect_hits(skel, 1, child.calls_per_phase(), r.pair, r.error);
+    }
+    child.finish();
+  }
+  return true;
+}
+
+// Elsewhere, one perf-event probe per child, pid-filtered: a detach (an RCU grace period) each.
+void run_with_perf_links(probe_cost_bpf* skel, const CalibrationOptions& o,
+                         std::vector<Site>& sites) {
+  for (Site& s : sites) {
+    SiteRun& r = s.run;
+    Child child(o, s.fn, s.timed);
+    std::vector<Link> links;
+    auto probe = [&](bpf_program* prog, bool retprobe) {
+      bpf_uprobe_opts opts{};
+      opts.sz = sizeof(opts);
+      opts.retprobe = retprobe;
+      bpf_link* l = bpf_program__attach_uprobe_opts(prog, child.pid(), "/proc/self/exe", s.offset,
+                                                    &opts);
+      if (!l) {
+        r.error = std::string(retprobe ? "uretprobe" : "uprobe") +
+                  " on the daemon's own binary: " + std::strerror(errno);
+        return false;
+      }
+      links.emplace_back(l);
+      return true;
+    };
+    r.ok = child.start(r.error);
+    r.native = child.native;
+    if (r.ok) reset_hits(skel);
+    if (r.ok) r.ok = probe(skel->progs.probe_cost_enter, false);
+    if (r.ok) r.ok = child.phase(r.entry, r.error);
+    if (r.ok) r.ok = expect_hits(skel, 0, child.calls_per_phase(), r.entry, r.error);
+    if (r.ok && s.timed) {
+      reset_hits(skel);
+      r.ok = probe(skel->progs.probe_cost_exit, true) && child.phase(r.pair, r.error) &&
+             expect_hits(skel, 1, child.calls_per_phase(), r.pair, r.error);
+    }
+    child.finish();
+    links.clear();  // detach: each waits for an RCU grace period
+  }
+}
 
 std::string micros(double seconds) {
   char buf[32];
@@ -352,51 +467,74 @@ ProbeCalibration calibrate_probes(const CalibrationOptions& options) {
   return done();
 #else
   const libbpf_print_fn_t previous = libbpf_set_print(quiet);
-  std::unique_ptr<probe_cost_bpf, SkelDeleter> skel(probe_cost_bpf__open_and_load());
+  bool multi = kernel_has_uprobe_multi();
+  auto load = [&]() {
+    std::unique_ptr<probe_cost_bpf, SkelDeleter> s(probe_cost_bpf__open());
+    if (!s) return s;
+    for (bpf_program* p : {s->progs.probe_cost_enter_multi, s->progs.probe_cost_exit_multi}) {
+      if (multi) {
+        bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kUprobeMultiAttachType));
+      } else {
+        bpf_program__set_autoload(p, false);
+      }
+    }
+    if (probe_cost_bpf__load(s.get()) != 0) s.reset();
+    return s;
+  };
+  std::unique_ptr<probe_cost_bpf, SkelDeleter> skel = load();
+  if (!skel && multi) {  // a kernel that refuses the multi-link copies: without them
+    multi = false;
+    skel = load();
+  }
   const int load_errno = errno;
   libbpf_set_print(previous);
   if (!skel) {
     c.error = std::string("cannot load the calibration programs: ") + std::strerror(load_errno);
     return done();
   }
-  SiteRunner runner(skel.get(), options);
-  struct Detect {
-    Target fn;
-    std::uint32_t delta;
-    InsnKind kind;
+  std::vector<Site> sites = {
+      {sw_cal_stub, 0, InsnKind::kCompare, true, 0, {}},
+      {sw_cal_stub2, 10, InsnKind::kJcc, true, 0, {}},
+      {sw_cal_push, 0, InsnKind::kPush, false, 0, {}},
+      {sw_cal_nop, 0, InsnKind::kNop, false, 0, {}},
+      {sw_cal_nopl, 0, InsnKind::kNopl, false, 0, {}},
+      {sw_cal_jmp, 0, InsnKind::kJmp, false, 0, {}},
+      {sw_cal_endbr, 0, InsnKind::kEndbr, false, 0, {}},
   };
-  const Detect detect[] = {
-      {sw_cal_push, 0, InsnKind::kPush}, {sw_cal_nop, 0, InsnKind::kNop},
-      {sw_cal_nopl, 0, InsnKind::kNopl}, {sw_cal_jmp, 0, InsnKind::kJmp},
-      {sw_cal_endbr, 0, InsnKind::kEndbr},
-  };
+  for (Site& s : sites) {
+    if (!file_offset_of(s.fn, &s.offset)) {
+      c.error = "probe cost not measured: the calibration targets are not in a file mapping";
+      return done();
+    }
+    s.offset += s.delta;
+  }
+  std::string multi_error;
+  if (!multi || !run_with_multi_links(skel.get(), options, sites, multi_error)) {
+    run_with_perf_links(skel.get(), options, sites);
+  }
   Emulation e;
   e.emulated[static_cast<int>(InsnKind::kCall)] = true;  // branch emulation, as jmp and jcc
   std::string error;
-  // The stub: +0 the compare (stepped class), +10 its je (emulated class), both timed.
   auto cost = [&](const SiteRun& r, TrapCost& t) {
     t.entry_seconds = std::max(0.0, r.entry.per_call_ns - r.native.per_call_ns) * 1e-9;
     t.return_seconds = std::max(0.0, r.pair.per_call_ns - r.entry.per_call_ns) * 1e-9;
     t.measured = true;
   };
-  const SiteRun cmp = runner.run(sw_cal_stub, 0, true);
-  const SiteRun je = runner.run(sw_cal_stub, 10, true);
+  const SiteRun& cmp = sites[0].run;
+  const SiteRun& je = sites[1].run;
   if (!cmp.ok || !je.ok) {
     c.error = "probe cost not measured: " + (cmp.ok ? je.error : cmp.error);
     return done();
   }
-  e.emulated[static_cast<int>(InsnKind::kCompare)] = !cmp.entry.stepped;
-  e.emulated[static_cast<int>(InsnKind::kJcc)] = !je.entry.stepped;
   cost(cmp, cmp.entry.stepped ? c.stepped : c.emulated);
   cost(je, je.entry.stepped ? c.stepped : c.emulated);
-  for (const Detect& d : detect) {
-    const SiteRun r = runner.run(d.fn, d.delta, false);
-    if (!r.ok) {
-      if (error.empty()) error = std::string(insn_kind_name(d.kind)) + ": " + r.error;
-      e.emulated[static_cast<int>(d.kind)] = default_emulation()(d.kind);
+  for (const Site& s : sites) {
+    if (!s.run.ok) {
+      if (error.empty()) error = std::string(insn_kind_name(s.kind)) + ": " + s.run.error;
+      e.emulated[static_cast<int>(s.kind)] = default_emulation()(s.kind);
       continue;
     }
-    e.emulated[static_cast<int>(d.kind)] = !r.entry.stepped;
+    e.emulated[static_cast<int>(s.kind)] = !s.run.entry.stepped;
   }
   e.measured = error.empty();
   c.emulation = e;
