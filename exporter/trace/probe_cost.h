@@ -8,8 +8,9 @@
 // what the kernel did, not by its version, and prices each class (emulated, stepped) per entry
 // and per return probe: the compare at +0 is the stepped class, the je after it the emulated
 // one. A hit count per phase proves the probe fired on every call.
-// Takes about a second (each detach waits for an RCU grace period); the daemon calls it once,
-// before the first library is attached. Needs CAP_BPF/CAP_PERFMON (or root); without them, or
+// Takes ~0.15 s where the kernel has multi-uprobe links (one link over every site, one over the
+// timed ones: two detaches) and about a second elsewhere (a perf-event probe per child, each
+// detach an RCU grace period); the daemon calls it once, before the first library is attached. Needs CAP_BPF/CAP_PERFMON (or root); without them, or
 // on another architecture, the result says why and carries default_emulation().
 // Thread-safety: forks; call it from one thread at a time. The child only makes
 // async-signal-safe calls.
