@@ -32,6 +32,10 @@ add_custom_command(
   DEPENDS "${STALLWATCH_VMLINUX_BTF}"
   COMMENT "Generating vmlinux.h from ${STALLWATCH_VMLINUX_BTF}"
   VERBATIM)
+# One target drives that command: every skeleton depends on it, so that parallel skeleton builds
+# (the daemon's, the probe-cost measure's, the tests') never write vmlinux.h at the same time,
+# and one in another directory finds it made.
+add_custom_target(stallwatch_bpf_vmlinux DEPENDS "${BPF_OUT}/vmlinux.h")
 
 # stallwatch_bpf_skeleton(NAME SOURCES...): links the sources into one object, makes NAME.skel.h
 function(stallwatch_bpf_skeleton name)
@@ -62,4 +66,5 @@ function(stallwatch_bpf_skeleton name)
     COMMENT "BPF skeleton ${name}.skel.h"
     VERBATIM)
   add_custom_target(${name}_skel DEPENDS "${BPF_OUT}/${name}.skel.h")
+  add_dependencies(${name}_skel stallwatch_bpf_vmlinux)
 endfunction()
