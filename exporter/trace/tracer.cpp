@@ -1,4 +1,5 @@
 #include "trace/tracer.h"
+#include "trace/uprobe_multi.h"
 
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
@@ -171,7 +172,6 @@ bool kernel_has_tracepoint(const btf* vmlinux, const char* name) {
   return btf__find_by_name_kind(vmlinux, type.c_str(), BTF_KIND_TYPEDEF) >= 0;
 }
 
-constexpr int kUprobeMultiAttach = 48;  // enum bpf_attach_type BPF_TRACE_UPROBE_MULTI (Linux 6.6)
 
 // Loads the multi-uprobe copies of the call programs (expected attach type
 // BPF_TRACE_UPROBE_MULTI) or leaves them out.
@@ -179,7 +179,7 @@ void configure_uprobe_multi(stallwatch_bpf* skel, bool on) {
   for (bpf_program* p : {skel->progs.cuda_enter_multi, skel->progs.cuda_exit_multi,
                          skel->progs.nccl_enter_multi, skel->progs.nccl_exit_multi}) {
     if (on) {
-      bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kUprobeMultiAttach));
+      bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(kUprobeMultiAttachType));
     } else {
       bpf_program__set_autoload(p, false);
     }
@@ -193,10 +193,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open(const TracerOptions& options) {
   // Multi-uprobe links (one kernel object per library file and direction instead of one per
   // probe) where vmlinux has them; a kernel that then refuses the programs gets a second load
   // without them.
-  btf* probe_btf = btf__load_vmlinux_btf();
-  bool multi = options.uprobe_multi && !libbpf_get_error(probe_btf) &&
-               btf__find_by_name_kind(probe_btf, "bpf_uprobe_multi_link", BTF_KIND_STRUCT) >= 0;
-  if (!libbpf_get_error(probe_btf)) btf__free(probe_btf);
+  bool multi = options.uprobe_multi && kernel_has_uprobe_multi();
   // A program the verifier refuses (issue #38: a verifier that accepts it on one kernel may not
   // on another) is said once with the verifier's last lines; a host hook or the hang iterator
   // is then left out and the rest loads; a call program is loaded again without the Python
