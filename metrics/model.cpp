@@ -195,6 +195,11 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
                            "window spent in stallwatch's own probes: each call times the trap "
                            "cost measured at start for its site's class (0..1).",
                            MetricKind::kGauge, "1");
+  auto duty = family("stallwatch_probe_duty_ratio",
+                     "Share of the last window the workload's kernel-launch probes were attached: "
+                     "below 1 the cost budget (--cost-budget) duty-cycles them and its launch "
+                     "counts are estimates, scaled by it (0..1).",
+                     MetricKind::kGauge, "1");
   auto reclaim_s = family("stallwatch_memory_reclaim_seconds_total",
                           "Time the series' tasks spent in memory reclaim, by kind (direct: the "
                           "node ran short; memcg: the cgroup's own memory limit).",
@@ -249,6 +254,7 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
     if (has_cuda_threads(s)) starvation.points.push_back(point(id, {}, s.starvation_ratio));
     if (has_cuda_threads(s) && (snap.trap_cost_emulated.measured || snap.trap_cost_stepped.measured)) {
       probe_cost.points.push_back(point(id, {}, s.probe_cost_ratio));
+      duty.points.push_back(point(id, {}, s.launch_duty));
     }
     const ReclaimTotals& r = s.reclaim;
     if (r.direct_count + r.memcg_count > 0 || r.direct_ns + r.memcg_ns > 0) {
@@ -297,7 +303,7 @@ void add_host_families(const Snapshot& snap, std::vector<Family>& out) {
       nccl_bytes.points.push_back(point(id, l, count(t.bytes)));
     }
   }
-  keep_nonempty({&starvation, &probe_cost, &reclaim_s, &reclaims, &oom, &pressure, &throttled_s, &throttled_n,
+  keep_nonempty({&starvation, &probe_cost, &duty, &reclaim_s, &reclaims, &oom, &pressure, &throttled_s, &throttled_n,
                  &periods_n, &limit_cores, &io_duration, &io_bytes,
                  &retransmits, &nccl_duration, &nccl_bytes},
                 out);
@@ -379,6 +385,12 @@ void add_daemon_families(const Snapshot& snap, const BuildInfo& build, std::vect
       f.points.push_back(point(nullptr, {{"class", cls}, {"probe", "return"}}, cost->return_seconds));
     }
     out.push_back(std::move(f));
+  }
+  if (snap.trap_cost_emulated.measured || snap.trap_cost_stepped.measured) {
+    single("stallwatch_probe_cost_budget_ratio",
+           "The cost budget (--cost-budget): the most a workload pays in probes, as a share of "
+           "its CUDA-issuing threads' CPU time; 0: none.",
+           MetricKind::kGauge, "1", snap.cost_budget);
   }
   single("stallwatch_snapshot_sequence", "Number of the window the exposition was built from.",
          MetricKind::kGauge, "1", count(snap.sequence));

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include "chains/budget.h"
+#include "chains/format.h"
 #include "chains/outliers.h"
 #include "common/guard.h"
 #include "common/privileges.h"
@@ -202,6 +205,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       break;
   }
   SW_LOG(kInfo) << "kernel launches: " << launches << " (--launch-layer)";
+  SW_LOG(kInfo) << "cost budget: "
+                << (o.cost_budget > 0
+                        ? chains::percent(o.cost_budget) +
+                              " of a workload's CUDA-thread CPU time; above it its launch probes "
+                              "are duty-cycled (--cost-budget)"
+                        : std::string("none: every launch is probed whatever it costs (--cost-budget 0)"));
   // What a probe costs here and which instructions this kernel emulates, before the first
   // library is attached: the sites depend on it (issue #48, trace/probe_cost.h).
   const trace::ProbeCalibration calibration = trace::calibrate_probes();
@@ -261,7 +270,9 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                               discovery.refused_libraries(),
                               lib_events.dropped(),
                               &calibration,
-                              discovery.stepped_calls()};
+                              discovery.stepped_calls(),
+                              o.cost_budget,
+                              discovery.launch_off_ns()};
   };
   std::unique_ptr<otlp::Pusher> pusher;
   if (push->enabled) pusher = std::make_unique<otlp::Pusher>(*push, build);
@@ -280,6 +291,39 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     s.login_throttled = c.auth_throttled;
     s.login_denied = c.auth_denied;
     return s;
+  };
+  popts.cost_budget = o.cost_budget;
+  std::map<std::string, double> budgeted;  // series cycled now, by the duty last logged
+  bool said_uncyclable = false;
+  popts.launch_duty = [&](const chains::DutyPlan& plan) {
+    discovery.set_launch_duty(plan.duty);
+    std::map<std::string, double> now;  // the duty last logged, per series cycled now
+    for (const chains::SeriesDuty& s : plan.series) {
+      auto was = budgeted.find(s.cgroup);
+      const bool say = was == budgeted.end() || s.duty > 2 * was->second || s.duty < 0.5 * was->second;
+      now[s.cgroup] = say ? s.duty : was->second;
+      if (!say) continue;
+      SW_LOG(kInfo) << "cost budget: " << escape_name(s.cgroup) << " would pay "
+                    << chains::percent(s.unbudgeted) << " of its CUDA threads' CPU time in probes "
+                    << "(--cost-budget " << chains::percent(o.cost_budget)
+                    << "): its kernel launches are probed " << chains::percent(s.duty)
+                    << " of each second, their counts scaled"
+                    << (s.over ? "; still over: its other calls' probes alone pass the budget" : "");
+    }
+    for (const auto& [cgroup, duty] : budgeted) {
+      if (!now.count(cgroup)) {
+        SW_LOG(kInfo) << "cost budget: " << escape_name(cgroup)
+                      << " is within it again: every launch is probed";
+      }
+    }
+    budgeted = std::move(now);
+    if (!said_uncyclable && discovery.uncyclable_processes() > 0) {
+      said_uncyclable = true;
+      SW_LOG(kWarn) << "cost budget: " << discovery.uncyclable_processes()
+                    << " processes are over it, but their launches cannot be duty-cycled on this "
+                       "kernel (no multi-uprobe links: Linux 6.6, --uprobe-multi on); "
+                       "--launch-layer none stops their launch probes";
+    }
   };
   app::Pipeline pipeline(popts, board, db);
   pipeline.set_store(db, keeper != nullptr);

@@ -102,7 +102,17 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
   snap->cpu_stolen = host.cpu_stolen;
   chains::WindowView view = chains::diff_windows(previous_.get(), *snap);
   chains::set_window_ratios(*snap, view);
+  if (options_.launch_duty) {
+    options_.launch_duty(chains::plan_launch_duty(view, *snap, options_.cost_budget));
+  }
   std::vector<chains::Chain> changed = engine_.observe(*snap, view, outliers);
+  // A chain of a workload whose launches were sampled says so: its launch counts are
+  // estimates (window.h).
+  for (chains::Chain& c : changed) {
+    auto s = view.series.find(c.identity.cgroup);
+    if (s == view.series.end() || s->second.launch_duty >= 1) continue;
+    c.evidence.emplace_back("launch_probe_duty", s->second.launch_duty);
+  }
   snap->chains = engine_.counts();
   if (store_) {
     store::WindowBatch batch;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "chains/budget.h"
 #include "chains/engine.h"
 #include "chains/outliers.h"
 #include "metrics/http_server.h"
@@ -29,6 +30,10 @@ struct PipelineOptions {
   size_t stored_outliers = 64;   // per window, longest first
   otlp::Pusher* otlp = nullptr;  // gets every published snapshot and changed chain; may be null
   std::function<HttpStats()> http_stats;  // the listener's counters (run); may be empty
+  // The cost budget (chains/budget.h): each window's duty plan goes to `launch_duty` (run:
+  // discovery cycles the launches); 0 or no callback: none.
+  double cost_budget = 0;
+  std::function<void(const chains::DutyPlan&)> launch_duty;
 };
 
 class Pipeline {

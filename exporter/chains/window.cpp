@@ -1,6 +1,7 @@
 #include "chains/window.h"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <set>
 #include <tuple>
@@ -106,7 +107,7 @@ SeriesWindow series_window(const std::string& label, const Series& s, const Seri
 
 }  // namespace
 
-double probe_cost_ratio(const Snapshot& snap, const std::map<int, ProcessWindow>& procs) {
+double probe_pair_seconds(const Snapshot& snap, std::uint32_t call_id) {
   const trace::TrapCost& emulated = snap.trap_cost_emulated;
   const trace::TrapCost& stepped = snap.trap_cost_stepped;
   if (!emulated.measured && !stepped.measured) return 0;
@@ -115,12 +116,22 @@ double probe_cost_ratio(const Snapshot& snap, const std::map<int, ProcessWindow>
                                                  : stepped.entry_seconds + stepped.return_seconds;
   const double stepped_pair = stepped.measured ? stepped.entry_seconds + stepped.return_seconds
                                                : emulated_pair;
+  const bool is_stepped = call_id < snap.stepped_calls.size() && snap.stepped_calls[call_id];
+  return is_stepped ? stepped_pair : emulated_pair;
+}
+
+bool is_cycled_call(std::uint32_t call_id) {
+  const auto calls = trace::all_calls();
+  return call_id < calls.size() && calls[call_id].kernel_launch;
+}
+
+double probe_cost_ratio(const Snapshot& snap, const std::map<int, ProcessWindow>& procs) {
+  if (!snap.trap_cost_emulated.measured && !snap.trap_cost_stepped.measured) return 0;
   double cost = 0, cpu = 0;
   for (const auto& [pid, p] : procs) {
     cpu += static_cast<double>(p.offcpu.oncpu_ns) * 1e-9;
     for (const auto& [id, t] : p.calls) {
-      const bool is_stepped = id < snap.stepped_calls.size() && snap.stepped_calls[id];
-      cost += static_cast<double>(t.count) * (is_stepped ? stepped_pair : emulated_pair);
+      cost += static_cast<double>(t.count) * probe_pair_seconds(snap, id);
     }
   }
   // The traps run on the calling thread's CPU time: the share cannot pass 1 but for the
@@ -157,6 +168,7 @@ void set_window_ratios(Snapshot& snap, const WindowView& view) {
     s.blocked_ratio = w->second.blocked_ratio;
     s.starvation_ratio = w->second.starvation_ratio;
     s.probe_cost_ratio = w->second.probe_cost_ratio;
+    s.launch_duty = w->second.launch_duty;
   }
 }
 
@@ -189,6 +201,43 @@ void gpu_window(const Snapshot* previous, const Snapshot& current, WindowView& v
     if (w.held_ns > 0 && clock_ns > 0) w.held_clock_mhz = clock_ns / static_cast<double>(w.held_ns);
     v.gpus.push_back(std::move(w));
   }
+}
+
+}  // namespace
+
+namespace {
+
+// The share of the window `pid`'s launch probes were attached: 1 less the off time the
+// discovery reported since the previous snapshot, over the window. At least 1 % (the budget
+// never cycles below 5 %; a share under that is the two clocks' disagreement).
+double launch_duty(const Snapshot* previous, const Snapshot& current, int pid) {
+  auto now = current.launch_off_ns.find(pid);
+  if (now == current.launch_off_ns.end() || current.window.count() <= 0) return 1;
+  std::uint64_t before = 0;
+  if (previous) {
+    if (auto it = previous->launch_off_ns.find(pid); it != previous->launch_off_ns.end()) {
+      before = it->second;
+    }
+  }
+  const double off = static_cast<double>(counter_delta(now->second, before));
+  return std::clamp(1 - off / static_cast<double>(current.window.count()), 0.01, 1.0);
+}
+
+// A call's window totals times `factor` (rounded): counts and times, not the longest call.
+CallTotals scaled(const CallTotals& t, double factor) {
+  auto x = [factor](std::uint64_t v) {
+    return static_cast<std::uint64_t>(std::llround(static_cast<double>(v) * factor));
+  };
+  CallTotals out = t;
+  out.count = 0;
+  for (auto& b : out.buckets) {
+    b = x(b);
+    out.count += b;
+  }
+  out.sum_ns = x(t.sum_ns);
+  out.runnable_ns = x(t.runnable_ns);
+  out.blocked_ns = x(t.blocked_ns);
+  return out;
 }
 
 }  // namespace
@@ -282,7 +331,19 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       pit->second.preemptors.push_back(std::move(d));
     }
     SeriesWindow sw = series_window(label, s, before, procs);
+    // What the traps cost as they fired, then the launches of cycled processes scaled to
+    // estimates of all of them (the rules, the store and the budget read those).
     sw.probe_cost_ratio = probe_cost_ratio(current, procs);
+    for (auto& [pid, p] : procs) {
+      p.launch_duty = launch_duty(previous, current, pid);
+      if (p.launch_duty >= 1) continue;
+      sw.launch_duty = std::min(sw.launch_duty, p.launch_duty);
+      for (auto& [id, t] : p.calls) {
+        if (is_cycled_call(id)) t = scaled(t, 1 / p.launch_duty);
+      }
+    }
+    sw.probe_cost_unbudgeted_ratio =
+        sw.launch_duty < 1 ? probe_cost_ratio(current, procs) : sw.probe_cost_ratio;
     // I/O of the CUDA processes themselves; other submitters (DataLoader workers) are only in
     // the series' list, so the per-process tables keep holding CUDA-issuing processes.
     for (const auto& pio : sw.io_processes) {

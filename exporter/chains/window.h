@@ -39,6 +39,11 @@ struct ProcessWindow {
   std::map<NcclKey, NcclTotals> nccl;          // NCCL ops by (op, rank, world size), count > 0
   std::map<IoKey, IoTotals> io;                // block I/O it submitted itself, count > 0
   MemoryWindow memory;                         // traced GPU memory
+  // Share of the window its launch probes were attached (the cost budget cycles them; 1 when
+  // not). `calls` holds its kernel launches scaled by 1 / launch_duty: estimates of all its
+  // launches (the latency buckets keep their shape: the sample is taken in time, not by
+  // latency).
+  double launch_duty = 1;
   std::uint64_t cuda_ns() const;               // time inside CUDA calls this window
 };
 
@@ -54,6 +59,10 @@ struct SeriesWindow {
   // each call times its site class's measured entry + return cost (trace/probe_cost.h), over
   // their on-CPU time. 0 when the cost was not measured or the threads did not run.
   double probe_cost_ratio = 0;
+  // The same share had every launch trapped (the launch counts scaled back up): what the
+  // workload would pay without the cost budget, which decides its duty (chains/budget.h).
+  double probe_cost_unbudgeted_ratio = 0;
+  double launch_duty = 1;  // the least ProcessWindow::launch_duty of its processes
   ReclaimTotals reclaim;                   // this window's delta
   std::uint64_t oom_kills = 0;             // this window's delta, all processes
   std::uint64_t oom_kills_cuda = 0;        // of which CUDA-issuing
@@ -104,6 +113,11 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current);
 // SeriesWindow::probe_cost_ratio of the processes of one series: the snapshot carries the
 // measured costs and which calls sit on single-stepped sites.
 double probe_cost_ratio(const Snapshot& snap, const std::map<int, ProcessWindow>& procs);
+// What one call's probe pair costs here: its site class's measured entry + return (a class
+// the start could not price costs what the other does); 0 when nothing was measured.
+double probe_pair_seconds(const Snapshot& snap, std::uint32_t call_id);
+// Whether a call is a kernel launch: the probes the cost budget may cycle.
+bool is_cycled_call(std::uint32_t call_id);
 
 // The totals' window arithmetic (trace/snapshot.h), also under this namespace.
 using ::stallwatch::counter_delta;

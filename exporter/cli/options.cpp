@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <charconv>
 #include <cstdint>
 #include <filesystem>
@@ -85,6 +87,10 @@ po::options_description run_options_description() {
      "instruction of its function that this kernel emulates (measured at start), past endbr64 "
      "and compares, e.g. the je of NVIDIA's driver stubs instead of their single-stepped compare "
      "(~10x cheaper a call); entry: every probe at its symbol's first byte")
+    ("cost-budget", po::value<std::string>(), "the most a workload pays in probes, as a share of "
+     "its CUDA-issuing threads' CPU time: above it its kernel launches' probes are duty-cycled "
+     "(counts scaled back; synchronize, copy, allocation and NCCL calls keep every probe), e.g. "
+     "0.5%; 0: no budget (default 1%)")
     ("uprobe-multi", po::value<std::string>(), "on: one multi-uprobe link per library file and "
      "direction where the kernel has them (Linux 6.6; attach and detach in milliseconds); off: "
      "one link per probe, as on older kernels (default on)")
@@ -118,6 +124,21 @@ po::options_description run_options_description() {
 }
 
 // The string value of `name` from the first layer that has it; `source` names it in errors.
+Result<double> parse_cost_budget(std::string_view text) {
+  const char* why =
+      "expected a percentage of CPU time from 0.1% to 50% (e.g. 1%), or 0 for no budget";
+  if (text == "0" || text == "0%") return 0.0;
+  if (text.size() < 2 || text.back() != '%') return make_error(why);
+  const std::string number(text.substr(0, text.size() - 1));
+  char* end = nullptr;
+  errno = 0;
+  const double percent = std::strtod(number.c_str(), &end);
+  if (errno != 0 || end != number.c_str() + number.size() || !(percent >= 0.1 && percent <= 50)) {
+    return make_error(why);
+  }
+  return percent / 100;
+}
+
 const std::string* text_flag(const LayeredFlags& flags, const char* name, std::string* source) {
   const po::variable_value* v = flags.find(name, source);
   return v ? &v->as<std::string>() : nullptr;
@@ -373,6 +394,11 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     o.launch_layer = *layer;
   }
   if (auto r = switch_flag(flags, "uprobe-multi", "on", "off", o.uprobe_multi); !r) return r.error();
+  if (const std::string* v = text_flag(flags, "cost-budget", &source)) {
+    auto share = parse_cost_budget(*v);
+    if (!share) return make_error(source + " " + *v + ": " + share.error().message);
+    o.cost_budget = *share;
+  }
   if (auto r = switch_flag(flags, "probe-sites", "auto", "entry", o.move_probe_sites); !r) {
     return r.error();
   }

@@ -46,6 +46,7 @@ struct RunOptions {
   bool uprobe_multi = true;               // --uprobe-multi: multi-uprobe links where the kernel has them
   trace::LaunchLayer launch_layer = trace::LaunchLayer::kDriver;  // --launch-layer
   bool move_probe_sites = true;           // --probe-sites: auto (true) or entry
+  double cost_budget = 0.01;              // --cost-budget: share of CPU time (0: none)
   std::uint64_t max_db = 2ull << 30;                                  // --max-db
   std::chrono::nanoseconds retention = std::chrono::hours(24 * 7);    // --retention
   std::string kube_api;   // --kube-api: "" auto (in a pod), "none", or the API server URL

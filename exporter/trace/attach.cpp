@@ -152,6 +152,23 @@ size_t LibraryProbes::probes_of(SiteClass cls) const {
   return n;
 }
 
+LibraryProbes::~LibraryProbes() {
+  if (file_fd_ >= 0) ::close(file_fd_);
+}
+
+Result<std::vector<FdLink>> LibraryProbes::attach_hot(std::uint32_t pid) const {
+  if (!cyclable()) return make_error("no launch probes of their own in this file", EINVAL);
+  const std::string path = "/proc/self/fd/" + std::to_string(file_fd_);
+  auto in = attach_uprobe_multi(hot_enter_, path, hot_offsets_, hot_cookies_, false, pid);
+  if (!in) return in.error();
+  auto out = attach_uprobe_multi(hot_exit_, path, hot_offsets_, hot_cookies_, true, pid);
+  if (!out) return out.error();
+  std::vector<FdLink> links;
+  links.push_back(std::move(*in));
+  links.push_back(std::move(*out));
+  return links;
+}
+
 Result<ProbePlan> plan_probes(const std::string& path, Api api, LaunchLayer layer,
                               const SitePolicy& policy) {
   auto symbols = read_function_symbols(path);
@@ -215,22 +232,50 @@ Result<std::unique_ptr<LibraryProbes>> LibraryProbes::attach(const CallPrograms&
   bpf_program* enter_multi = api == Api::kNccl ? programs.nccl_enter_multi : programs.enter_multi;
   bpf_program* exit_multi = api == Api::kNccl ? programs.nccl_exit_multi : programs.exit_multi;
   if (enter_multi && exit_multi) {
+    // The launches in links of their own (the cost budget moves them per process); the rest
+    // in one link per direction.
     std::vector<std::uint64_t> offsets, cookies;
     for (const SymbolSite& t : targets) {
-      offsets.push_back(t.offset + t.site.delta);
-      cookies.push_back(cookie_of(t.call_id));
+      const bool hot = t.call_id < all_calls().size() && all_calls()[t.call_id].kernel_launch;
+      (hot ? probes->hot_offsets_ : offsets).push_back(t.offset + t.site.delta);
+      (hot ? probes->hot_cookies_ : cookies).push_back(cookie_of(t.call_id));
     }
-    auto in = attach_uprobe_multi(enter_multi, path, offsets, cookies, false);
-    auto out = in ? attach_uprobe_multi(exit_multi, path, offsets, cookies, true) : Result<FdLink>(in.error());
-    if (in && out) {
-      probes->multi_links_.push_back(std::move(*in));
-      probes->multi_links_.push_back(std::move(*out));
+    probes->hot_enter_ = enter_multi;
+    probes->hot_exit_ = exit_multi;
+    Result<FdLink> in = make_error("no probe"), out = make_error("no probe");
+    bool ok = true;
+    if (!offsets.empty()) {
+      in = attach_uprobe_multi(enter_multi, path, offsets, cookies, false);
+      out = in ? attach_uprobe_multi(exit_multi, path, offsets, cookies, true) : Result<FdLink>(in.error());
+      ok = in && out;
+    }
+    Result<std::vector<FdLink>> hot = std::vector<FdLink>{};
+    if (ok && !probes->hot_offsets_.empty()) {
+      // Kept open for per-process links later: reopened through the caller's path, the same
+      // file (a /proc/self/fd link or one this process resolved).
+      probes->file_fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      hot = probes->attach_hot(0);
+      ok = hot.ok();
+    }
+    if (ok) {
+      if (!offsets.empty()) {
+        probes->multi_links_.push_back(std::move(*in));
+        probes->multi_links_.push_back(std::move(*out));
+      }
+      probes->hot_links_ = std::move(*hot);
       probes->probes_ = 2 * targets.size();
       for (const SymbolSite& t : targets) probes->attached_symbols_.push_back(t.symbol);
       return probes;
     }
+    if (probes->file_fd_ >= 0) ::close(probes->file_fd_);
+    probes->file_fd_ = -1;
+    probes->hot_offsets_.clear();
+    probes->hot_cookies_.clear();
+    const Error& why = !offsets.empty() && !in ? in.error()
+                       : !offsets.empty() && !out ? out.error()
+                                                  : hot.error();
     // A kernel that refuses them for this file: the per-probe links below, said once per file.
-    SW_LOG(kWarn) << escape_name(path) << ": " << (in ? out.error() : in.error()).message
+    SW_LOG(kWarn) << escape_name(path) << ": " << why.message
                   << "; one link per probe for this file";
   }
   // Two descriptors per probe and pair: find out before attaching, rather than attach part of

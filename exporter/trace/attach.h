@@ -7,6 +7,12 @@
 // Where the kernel has multi-uprobe links (Linux 6.6; CallPrograms::enter_multi is set), a file
 // gets one link per direction holding every probe, created with a raw BPF_LINK_CREATE (libbpf
 // 1.1 predates them); elsewhere, or when that fails, one link per probe.
+// Kernel launches (calls.h kernel_launch) are the hot probes the cost budget may duty-cycle per
+// process (--cost-budget, discovery.h): on multi-uprobe kernels they sit in links of their own
+// (one per direction), every process's at first, and the object keeps the file open so that
+// per-process links (the kernel's pid filter: the breakpoints go into that process only) can
+// replace them. On kernels without multi-uprobe links the launches share the per-probe links
+// and are never cycled.
 // Destroying the object detaches; on 6.x kernels each per-probe detach waits for an RCU grace
 // period (about 110 ms here, serialised by the kernel), a multi link once per link, so callers
 // destroy off hot threads.
@@ -15,6 +21,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/result.h"
@@ -50,7 +57,10 @@ class FdLink {
   explicit FdLink(int fd) : fd_(fd) {}
   ~FdLink();
   FdLink(FdLink&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  FdLink& operator=(FdLink&&) = delete;
+  FdLink& operator=(FdLink&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
   FdLink(const FdLink&) = delete;
 
  private:
@@ -107,9 +117,29 @@ class LibraryProbes {
   // Probes (entry and return each) by the class of their site.
   size_t probes_of(SiteClass cls) const;
 
+  // The kernel launches' probes (see above): whether they can be moved to per-process links,
+  // how many there are (entry and return each), and whether the every-process links hold them.
+  bool cyclable() const { return file_fd_ >= 0 && !hot_offsets_.empty(); }
+  size_t hot_probes() const { return 2 * hot_offsets_.size(); }
+  bool hot_for_all() const { return !hot_links_.empty(); }
+  // The launches' entry and return links for one process (pid 0: every process). The caller
+  // holds them; closing them detaches.
+  Result<std::vector<FdLink>> attach_hot(std::uint32_t pid) const;
+  // Takes the every-process launch links (the caller detaches them, after the per-process
+  // ones are on: a call seen twice meanwhile is counted once, bpf/calls.bpf.h), or gives them
+  // back.
+  std::vector<FdLink> take_hot_for_all() { return std::move(hot_links_); }
+  void set_hot_for_all(std::vector<FdLink> links) { hot_links_ = std::move(links); }
+  ~LibraryProbes();
+
  private:
   std::vector<LinkPtr> links_;
   std::vector<FdLink> multi_links_;
+  std::vector<FdLink> hot_links_;  // the launches' multi links for every process, when held
+  std::vector<std::uint64_t> hot_offsets_, hot_cookies_;
+  bpf_program* hot_enter_ = nullptr;
+  bpf_program* hot_exit_ = nullptr;
+  int file_fd_ = -1;  // the file, kept open for per-process links (cyclable files only)
   size_t probes_ = 0;
   std::vector<std::string> attached_symbols_;
   std::vector<std::string> missing_calls_;

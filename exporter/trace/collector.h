@@ -42,6 +42,9 @@ struct TraceCounts {
   std::uint64_t discovery_dropped = 0;  // library-mapping events dropped: discovery's queue full
   const ProbeCalibration* calibration = nullptr;  // the start's measure of a probe's cost
   std::vector<bool> stepped_calls;  // by call id: probed on a single-stepped site somewhere
+  double cost_budget = 0;           // --cost-budget (0: none)
+  // Per process the cost budget cycled: ns its launch probes were detached, cumulative.
+  std::map<int, std::uint64_t> launch_off_ns;
 };
 
 class Collector : private SourceContext {

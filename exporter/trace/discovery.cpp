@@ -213,6 +213,14 @@ bool Discovery::scan_process(int pid) {
     }
     it->second.pids.insert(pid);
     now.insert(key);
+    // A file whose launches are per process now (the cost budget): this process's own pair,
+    // unless the budget cycles it (cycle_launches does).
+    Library& traced = it->second;
+    if (traced.per_process && !traced.launch_links.count(pid) && !duty_.count(pid)) {
+      if (auto links = traced.probes->attach_hot(static_cast<std::uint32_t>(pid))) {
+        traced.launch_links.emplace(pid, std::move(*links));
+      }
+    }
   }
   // Libraries this process no longer maps (dlclose).
   const bool known = processes_.count(pid) != 0;
@@ -321,11 +329,143 @@ void Discovery::handle_event(int tgid) {
 }
 
 std::chrono::milliseconds Discovery::next_wait() const {
-  return pending_.empty() ? kSweepInterval : kRetryDelay;
+  std::chrono::milliseconds wait = pending_.empty() ? kSweepInterval : kRetryDelay;
+  if (duty_.empty()) return wait;
+  // Wake for the next edge of a cycled process's duty.
+  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(kDutyPeriod);
+  const auto pos = (std::chrono::steady_clock::now() - epoch_) % period;
+  for (const auto& [pid, duty] : duty_) {
+    const auto edge = std::chrono::nanoseconds(static_cast<std::int64_t>(duty * period.count()));
+    const auto next = pos < edge ? edge - pos : period - pos;
+    wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(next));
+  }
+  return std::max(wait, std::chrono::milliseconds(1));
 }
+
+void Discovery::set_launch_duty(std::map<int, double> duty) {
+  std::erase_if(duty, [](const auto& e) { return !(e.second > 0 && e.second < 1); });
+  std::lock_guard lock(duty_mu_);
+  duty_request_ = std::move(duty);
+  duty_requested_ = true;
+}
+
+std::map<int, std::uint64_t> Discovery::launch_off_ns() const {
+  const auto now = std::chrono::steady_clock::now();
+  std::map<int, std::uint64_t> out;
+  std::lock_guard lock(off_mu_);
+  for (const auto& [pid, off] : off_) {
+    std::uint64_t ns = off.total_ns;
+    if (off.since != std::chrono::steady_clock::time_point{}) {
+      ns += static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - off.since).count());
+    }
+    out.emplace(pid, ns);
+  }
+  return out;
+}
+
+bool Discovery::duty_on(double duty, std::chrono::steady_clock::time_point now) const {
+  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(kDutyPeriod);
+  const auto pos = (now - epoch_) % period;
+  return static_cast<double>(pos.count()) < duty * static_cast<double>(period.count());
+}
+
+void Discovery::to_per_process(Library& lib) {
+  // Every other process's own pair first, then the every-process pair goes: a launch seen by
+  // both meanwhile is counted once (bpf/calls.bpf.h), none is missed.
+  for (int pid : lib.pids) {
+    if (duty_.count(pid)) continue;
+    auto links = lib.probes->attach_hot(static_cast<std::uint32_t>(pid));
+    if (!links) {
+      SW_LOG(kWarn) << "cost budget: not cycling the launches of " << escape_name(lib.path)
+                    << ": pid " << pid << "'s own probes: " << links.error().message;
+      lib.launch_links.clear();
+      return;
+    }
+    lib.launch_links.emplace(pid, std::move(*links));
+  }
+  lib.probes->take_hot_for_all();  // detached here
+  lib.per_process = true;
+  SW_LOG(kInfo) << "cost budget: the launch probes of " << escape_name(lib.path)
+                << " are per process now (" << lib.pids.size() << " processes map it)";
+}
+
+void Discovery::to_every_process(Library& lib) {
+  auto all = lib.probes->attach_hot(0);
+  if (!all) {
+    SW_LOG(kWarn) << "cost budget: the launch probes of " << escape_name(lib.path)
+                  << " stay per process: " << all.error().message;
+    return;
+  }
+  lib.probes->set_hot_for_all(std::move(*all));
+  lib.launch_links.clear();
+  lib.per_process = false;
+  SW_LOG(kInfo) << "cost budget: the launch probes of " << escape_name(lib.path)
+                << " are on every process again";
+}
+
+void Discovery::cycle_launches(std::chrono::steady_clock::time_point now) {
+  {
+    std::lock_guard lock(duty_mu_);
+    if (duty_requested_) {
+      duty_ = std::move(duty_request_);
+      duty_request_.clear();
+      duty_requested_ = false;
+    }
+  }
+  std::erase_if(duty_, [&](const auto& e) { return !processes_.count(e.first); });
+  std::set<int> cycled;
+  for (auto& [key, lib] : libraries_) {
+    bool wanted = false;
+    if (lib.probes->cyclable()) {
+      for (int pid : lib.pids) wanted = wanted || duty_.count(pid) != 0;
+    }
+    if (wanted && !lib.per_process) to_per_process(lib);
+    if (!wanted && lib.per_process) to_every_process(lib);
+    if (!lib.per_process) continue;
+    std::erase_if(lib.launch_links, [&](const auto& e) { return !lib.pids.count(e.first); });
+    for (int pid : lib.pids) {
+      auto duty = duty_.find(pid);
+      const bool on = duty == duty_.end() || duty_on(duty->second, now);
+      auto link = lib.launch_links.find(pid);
+      if (on && link == lib.launch_links.end()) {
+        if (auto links = lib.probes->attach_hot(static_cast<std::uint32_t>(pid))) {
+          lib.launch_links.emplace(pid, std::move(*links));
+        }
+      } else if (!on && link != lib.launch_links.end()) {
+        lib.launch_links.erase(link);  // detached here: its breakpoints leave that process
+      }
+      if (duty != duty_.end()) cycled.insert(pid);
+    }
+  }
+  // Off time per cycled process: from the decision to detach to the end of the attach.
+  const auto after = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(off_mu_);
+    std::erase_if(off_, [&](const auto& e) { return !processes_.count(e.first); });
+    for (auto& [pid, off] : off_) {
+      const bool off_now = cycled.count(pid) && !duty_on(duty_.at(pid), now);
+      if (!off_now && off.since != std::chrono::steady_clock::time_point{}) {
+        off.total_ns += static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(after - off.since).count());
+        off.since = {};
+      }
+    }
+    for (int pid : cycled) {
+      OffTime& off = off_[pid];
+      if (!duty_on(duty_.at(pid), now) && off.since == std::chrono::steady_clock::time_point{}) {
+        off.since = now;
+      }
+    }
+  }
+  cycled_processes_ = cycled.size();
+  uncyclable_processes_ = duty_.size() - cycled.size();
+}
+
 
 void Discovery::tick() {
   auto now = std::chrono::steady_clock::now();
+  cycle_launches(now);
   if (now - last_full_scan_ >= options_.rescan_interval) {
     scan_all();  // ends with housekeep()
     return;
@@ -362,6 +502,7 @@ void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
       SW_LOG(kInfo) << "detaching from " << escape_name(lib.path) << ": no process has mapped it for "
                     << std::chrono::duration_cast<std::chrono::seconds>(options_.detach_linger).count()
                     << "s";
+      lib.launch_links.clear();
       reaper_.dispose(std::move(lib.probes));
       it = libraries_.erase(it);
     } else {

@@ -14,7 +14,15 @@
 // remembered, the oldest forgotten first), so a hostile file costs one parse and one log line,
 // not one per scan. A process's file is opened through open_mapped_file (proc_maps.h): never
 // through the process's symlinks, and only when it is the file the maps line names.
-// Thread-safety: handle_event/tick/scan_all from one thread; the counters from any thread.
+// The cost budget (--cost-budget; the daemon's window decides, set_launch_duty) duty-cycles the
+// kernel launches' probes of chosen processes: on each file they map, the launch probes move
+// from the every-process links to one link pair per process (the kernel's pid filter), and a
+// cycled process's pair is attached for `duty` of each kDutyPeriod and detached for the rest,
+// so its launches trap only then. Every other call stays probed. A file goes back to its
+// every-process links once none of its processes is cycled. While a file's launches are per
+// process, a process that maps it is probed from its scan on (tens of ms after the mmap).
+// Thread-safety: handle_event/tick/scan_all from one thread; the counters, set_launch_duty and
+// launch_off_ns from any thread.
 #pragma once
 
 #include <sys/stat.h>
@@ -127,6 +135,20 @@ class Discovery {
   // Library files refused because max_libraries were traced (each file counted once).
   std::uint64_t refused_libraries() const { return refused_libraries_.load(); }
 
+  // One cycle of the cost budget's duty: a cycled process's launch probes are attached for the
+  // first duty × kDutyPeriod of each.
+  static constexpr std::chrono::milliseconds kDutyPeriod{1000};
+  // The share of each period the launch probes of these processes stay attached, (0, 1];
+  // processes not named (or at 1) are not cycled. Applied at the next tick. Any thread.
+  void set_launch_duty(std::map<int, double> duty);
+  // Per process ever cycled (and alive): nanoseconds its launch probes were detached by the
+  // budget, cumulative, the current off phase included. Any thread.
+  std::map<int, std::uint64_t> launch_off_ns() const;
+  // Processes whose launch probes are cycled now, and those the budget named that map only
+  // files whose launches cannot be cycled (no multi-uprobe links). Any thread.
+  size_t cycled_processes() const { return cycled_processes_.load(); }
+  size_t uncyclable_processes() const { return uncyclable_processes_.load(); }
+
  private:
   // tick() without the rescan: scan_all() ends with it (no recursion, however long a scan
   // takes or however short --rescan-interval is).
@@ -140,6 +162,10 @@ class Discovery {
     std::string path;  // first path seen, for logs
     std::unique_ptr<LibraryProbes> probes;
     std::set<int> pids;
+    // While some process of it is cycled: each process's own launch link pair (attached now),
+    // the every-process pair taken from probes.
+    bool per_process = false;
+    std::map<int, std::vector<FdLink>> launch_links{};
     std::chrono::steady_clock::time_point unused_since{};  // set while pids is empty
     bool on_disk = false;  // found in a library directory at the latest full scan: kept
   };
@@ -154,6 +180,13 @@ class Discovery {
   void attach_on_disk();
   void forget_process(int pid);
   void publish_counts();
+  // The budget's duty on every file: per-process launch links where a process is cycled, each
+  // cycled process's pair on or off by the phase of `now`.
+  void cycle_launches(std::chrono::steady_clock::time_point now);
+  void to_per_process(Library& lib);
+  void to_every_process(Library& lib);
+  // Whether a cycled process's launch probes are on at `now`.
+  bool duty_on(double duty, std::chrono::steady_clock::time_point now) const;
 
   CallPrograms programs_;
   DiscoveryOptions options_;
@@ -185,6 +218,19 @@ class Discovery {
   std::vector<bool> stepped_calls_;
   std::atomic<std::uint64_t> refused_libraries_{0};
   std::uint64_t failures_remembered_ = 0;
+  // The budget's duty: the latest request (any thread), and what the discovery thread applies.
+  std::mutex duty_mu_;
+  std::map<int, double> duty_request_;
+  bool duty_requested_ = false;
+  std::map<int, double> duty_;
+  struct OffTime {
+    std::uint64_t total_ns = 0;  // completed off phases
+    std::chrono::steady_clock::time_point since{};  // set while off now
+  };
+  mutable std::mutex off_mu_;
+  std::map<int, OffTime> off_;  // per process ever cycled and alive
+  const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+  std::atomic<size_t> cycled_processes_{0}, uncyclable_processes_{0};
 };
 
 }  // namespace stallwatch::trace

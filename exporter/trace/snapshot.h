@@ -231,6 +231,10 @@ struct Series : SeriesTotals {
   // Estimated share of the CUDA-issuing threads' CPU time, last window, spent in stallwatch's
   // probes: calls × the measured trap cost of their site class (stallwatch_workload_probe_cost_ratio).
   double probe_cost_ratio = 0;
+  // Share of the last window its processes' launch probes were attached (the cost budget
+  // duty-cycles them; 1 when not cycled): their launch counts are scaled by it, the least of
+  // its processes (stallwatch_probe_duty_ratio).
+  double launch_duty = 1;
   std::vector<ProcessCall> processes;
   std::map<int, ProcessInfo> process_info;  // by pid, live processes only
   std::vector<Preemptor> preemptors;  // every one the kernel's map holds, top first
@@ -334,6 +338,10 @@ struct Snapshot {
   // What one probe costs here by class, measured at start (trace/probe_cost.h; `run` only).
   trace::TrapCost trap_cost_emulated, trap_cost_stepped;
   std::vector<bool> stepped_calls;  // by call id: some file probes it on a single-stepped site
+  double cost_budget = 0;  // --cost-budget: share of a workload's CUDA-thread CPU time (0: none)
+  // Per process the cost budget cycled: ns its launch probes were detached, cumulative
+  // (trace/discovery.h). A process not listed was never cycled.
+  std::map<int, std::uint64_t> launch_off_ns;
   std::uint64_t libraries_refused = 0;   // library files not traced: --max-libraries reached
   std::uint64_t discovery_dropped = 0;   // library-mapping events dropped in user space
   std::uint64_t thread_failures = 0;     // steps a thread lost to an exception (common/guard.h)

@@ -112,6 +112,27 @@ class ConfigFile : public ::testing::Test {
   std::filesystem::path dir_;
 };
 
+TEST(ParseRunOptionsTest, CostBudget) {
+  auto o = parse({});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_DOUBLE_EQ(o->cost_budget, 0.01) << "1 % by default";
+  o = parse({"--cost-budget", "0.5%"});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_DOUBLE_EQ(o->cost_budget, 0.005);
+  o = parse({"--cost-budget", "0"});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->cost_budget, 0);
+  // A bare number is ambiguous (1 = 1 % or 100 %?): refused, as are shares out of range.
+  for (const char* bad : {"1", "0.05%", "51%", "1%%", "x%", "-1%", "nan%", ""}) {
+    o = parse({"--cost-budget", bad});
+    ASSERT_FALSE(o) << bad;
+    EXPECT_NE(o.error().message.find("expected a percentage of CPU time from 0.1% to 50%"),
+              std::string::npos)
+        << o.error().message;
+    EXPECT_NE(o.error().message.find("--cost-budget"), std::string::npos) << o.error().message;
+  }
+}
+
 TEST(ParseRunOptionsTest, ProbeSites) {
   auto o = parse({});
   ASSERT_TRUE(o) << o.error().message;
@@ -387,6 +408,7 @@ const std::map<std::string, std::string>& samples() {
       {"attach-on-disk", "true"},
       {"uprobe-multi", "off"},
       {"probe-sites", "entry"},
+      {"cost-budget", "2%"},
       {"launch-layer", "both"},
       {"hang-threshold", "90s"},
       {"gpu-monitor", "off"},
