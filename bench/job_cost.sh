@@ -25,7 +25,9 @@
 # GPU), JOB_CPU (the last CPU), PORT (19564, moves up to a free one), BUILD (build), JOBS (1),
 # OUT (bench/results/job-cost-latest.json), LAUNCH_LAYER (driver: the daemon's --launch-layer,
 # and the same probes for the floor; both: two pairs per launch, as before issue #40),
-# DAEMON_ARGS (extra flags for `stallwatch run`), FLOOR_ARGS (extra flags for empty_probe, e.g.
+# DAEMON_ARGS (extra flags for `stallwatch run`, e.g. --cost-budget 0), SETTLE_S (4: how long
+# an ON round waits, after the job is traced, for the cost budget to cycle its launches; the
+# round then measures the steady state; a job within the budget waits it out), FLOOR_ARGS (extra flags for empty_probe, e.g.
 # --entry-only: uprobes without their uretprobes).
 # JOB: stand-in (the default, above), or on a GPU host train (bench/gpu/train_loop.py, the H100
 # validation's loop) or launch (train_loop.py --launch-bound: 64 small matmuls and one
@@ -51,6 +53,8 @@ FLOOR_ARGS="${FLOOR_ARGS:-}"
 LAUNCH_LAYER="${LAUNCH_LAYER:-driver}"
 PYTHON="${PYTHON:-python3}"
 JOB="${JOB:-stand-in}"
+SETTLE_S="${SETTLE_S:-4}"
+declare -i SETTLED=0
 BIN="${BIN:-}"
 MIX=178  # calls per period of call_loop's mix
 case $JOB in
@@ -193,6 +197,24 @@ start_daemon() {
   done
   [[ -n $procs ]] && ((${procs%.*} > 0)) || die "the job not traced within 12 s"
   START_MS=$((($(now_ns) - t0) / 1000000))
+  # The cost budget decides from a window of the job: wait (up to SETTLE_S) for it to cycle the
+  # job's launches, so that the round measures the steady state a long job runs in.
+  local until=$(($(now_ns) + SETTLE_S * 1000000000))
+  while (($(now_ns) < until)); do
+    duty_below_one && { SETTLED+=1; break; }
+    sleep 0.1
+  done
+}
+
+# Whether some workload's launch probes are duty-cycled now (stallwatch_probe_duty_ratio < 1).
+duty_below_one() {
+  "$PYTHON" - "$URL/metrics" <<'PY' 2>/dev/null
+import sys, urllib.request
+for line in urllib.request.urlopen(sys.argv[1], timeout=2).read().decode().splitlines():
+    if line.startswith("stallwatch_probe_duty_ratio{") and float(line.split()[-1]) < 1:
+        sys.exit(0)
+sys.exit(1)
+PY
 }
 
 STOP_MS=0
@@ -249,7 +271,8 @@ for ((k = 1; k <= PAIRS; k++)); do
 done
 
 mkdir -p "$(dirname "$OUT")"
-JOB="$JOB" LAUNCH_LAYER="$LAUNCH_LAYER" DAEMON_ARGS="$DAEMON_ARGS" FLOOR_ARGS="$FLOOR_ARGS" "$PYTHON" - "$OUT" "$MIX" "$LAUNCH_CPU_US" "$ROUND_S" "$(nproc)" "${OFF[*]}" "${ON[*]}" \
+JOB="$JOB" LAUNCH_LAYER="$LAUNCH_LAYER" DAEMON_ARGS="$DAEMON_ARGS" FLOOR_ARGS="$FLOOR_ARGS" \
+  SETTLE_S="$SETTLE_S" SETTLED="$SETTLED" "$PYTHON" - "$OUT" "$MIX" "$LAUNCH_CPU_US" "$ROUND_S" "$(nproc)" "${OFF[*]}" "${ON[*]}" \
   "${STARTS[*]}" "${STOPS[*]}" "${FLOOR[*]}" <<'PY'
 import json, os, random, statistics, sys, datetime
 out, mix, launch_us, round_s, cpus = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
@@ -286,6 +309,10 @@ result = {
     "floor_args": os.environ.get("FLOOR_ARGS", ""),
     "round_s": round_s,
     "pairs": len(sw),
+    # ON rounds in which the cost budget cycled the job's launches (each waited up to settle_s
+    # after the job was traced for it, then measured the steady state).
+    "settle_s": float(os.environ.get("SETTLE_S", "0")),
+    "on_rounds_cycled": int(os.environ.get("SETTLED", "0")),
     "overhead_median": sw_med,
     "overhead_ci95": sw_ci,
     "overhead_per_pair": sw,
@@ -317,6 +344,8 @@ print(f"  empty uprobe pair (the floor): median {fl_med * 100:.2f} %, 95 % inter
       f"[{fl_ci[0] * 100:.2f} %, {fl_ci[1] * 100:.2f} %], "
       f"{result[f'ns_per_{what[:-1]}_added_floor']:.0f} ns added per {what[:-1]}")
 print(f"  {what}/s: without {off_rate:,.0f}, under stallwatch {on_rate:,.0f}, under the empty pair {floor_rate:,.0f}")
+print(f"  ON rounds with the job's launches duty-cycled by the cost budget: "
+      f"{result['on_rounds_cycled']} of {len(sw)}")
 print(f"  daemon start to attached {result['daemon_start_to_attached_ms_median']} ms, "
       f"stop {result['daemon_stop_ms_median']} ms (medians)")
 print(f"  written to {out}")

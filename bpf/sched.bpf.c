@@ -141,10 +141,11 @@ static __always_inline void blame(struct thread_state *t, const struct preemptor
 static __always_inline void switch_out(struct thread_state *t, struct task_struct *prev,
 				       struct task_struct *next, bool preempt, __u64 now)
 {
-	if (t->on_since) {
-		__sync_fetch_and_add(&t->tally.oncpu_ns, now - t->on_since);
-		t->on_since = 0;
-	}
+	__u64 since = __sync_lock_test_and_set(&t->on_since, 0);
+
+	/* Exchanged, not read then cleared: fold_offcpu may move it forward meanwhile. */
+	if (since && now > since)
+		__sync_fetch_and_add(&t->tally.oncpu_ns, now - since);
 	t->off_since = now;
 	t->woken_at = 0;
 	t->off_runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
@@ -249,12 +250,23 @@ int fold_offcpu(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
 	struct thread_state *t;
+	__u64 since, now;
 
 	if (!task || (task->flags & PF_KTHREAD))
 		return 0;
 	t = bpf_task_storage_get(&threads, task, 0, 0);
-	if (t)
-		fold_tally(t);
+	if (!t)
+		return 0;
+	/*
+	 * A thread on a CPU now: its stretch so far counts in this window, not all at its next
+	 * switch (a busy thread alone on its CPU may run for seconds without one, and its windows
+	 * would read 0 then all of it). Moved forward only if switch_out has not taken it since.
+	 */
+	since = t->on_since;
+	now = bpf_ktime_get_ns();
+	if (since && now > since && __sync_val_compare_and_swap(&t->on_since, since, now) == since)
+		__sync_fetch_and_add(&t->tally.oncpu_ns, now - since);
+	fold_tally(t);
 	return 0;
 }
 

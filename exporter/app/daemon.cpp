@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -231,7 +232,9 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       programs,
       {std::chrono::duration_cast<std::chrono::milliseconds>(o.rescan_interval),
        std::chrono::duration_cast<std::chrono::milliseconds>(o.detach_linger), o.max_libraries,
-       o.library_dirs, on_disk, o.launch_layer, site_policy},
+       o.library_dirs, on_disk, o.launch_layer, site_policy,
+       std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(o.window),
+                  std::chrono::milliseconds(1000), std::chrono::milliseconds(10000))},
       fs);
   trace::EventQueue lib_events;
   // Python frames: the registry follows the CUDA processes discovery finds (--stacks=on).
@@ -308,7 +311,10 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                     << "(--cost-budget " << chains::percent(o.cost_budget)
                     << "): its kernel launches are probed " << chains::percent(s.duty)
                     << " of each second, their counts scaled"
-                    << (s.over ? "; still over: its other calls' probes alone pass the budget" : "");
+                    << (s.others_over ? "; still over: its other calls' probes alone pass the budget"
+                        : s.over      ? "; still over: its launches pass it at the least duty (" +
+                                       chains::percent(chains::kMinDuty) + ")"
+                                      : std::string());
     }
     for (const auto& [cgroup, duty] : budgeted) {
       if (!now.count(cgroup)) {

@@ -103,7 +103,10 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
   chains::WindowView view = chains::diff_windows(previous_.get(), *snap);
   chains::set_window_ratios(*snap, view);
   if (options_.launch_duty) {
-    options_.launch_duty(chains::plan_launch_duty(view, *snap, options_.cost_budget));
+    chains::DutyPlan plan =
+        chains::plan_launch_duty(view, *snap, options_.cost_budget, launch_duty_);
+    launch_duty_ = plan.duty;
+    options_.launch_duty(plan);
   }
   std::vector<chains::Chain> changed = engine_.observe(*snap, view, outliers);
   // A chain of a workload whose launches were sampled says so: its launch counts are

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,7 @@ class Pipeline {
   bool store_configured_ = false;
   chains::Engine engine_;
   std::shared_ptr<const Snapshot> previous_;
+  std::map<int, double> launch_duty_;  // the cost budget's latest plan, per process
 };
 
 // Outlier records with names resolved: the series label from the snapshot's processes,

@@ -4,7 +4,8 @@
 
 namespace stallwatch::chains {
 
-DutyPlan plan_launch_duty(const WindowView& view, const Snapshot& snap, double budget) {
+DutyPlan plan_launch_duty(const WindowView& view, const Snapshot& snap, double budget,
+                          const std::map<int, double>& held) {
   DutyPlan plan;
   if (!(budget > 0)) return plan;
   std::map<std::string, std::vector<const ProcessWindow*>> by_series;
@@ -20,7 +21,16 @@ DutyPlan plan_launch_duty(const WindowView& view, const Snapshot& snap, double b
             static_cast<double>(t.count) * probe_pair_seconds(snap, id);
       }
     }
-    if (cpu <= 0 || launches <= 0) continue;
+    if (launches <= 0) {
+      double kept = 0;
+      for (const ProcessWindow* p : procs) {
+        auto h = held.find(p->pid);
+        if (p->launch_duty < 1 && h != held.end()) kept = plan.duty[p->pid] = h->second;
+      }
+      if (kept > 0) plan.series.push_back({label, 0, kept, false, false});
+      continue;
+    }
+    if (cpu <= 0) continue;
     const double unbudgeted = (launches + others) / cpu;
     if (unbudgeted <= budget) continue;
     SeriesDuty s;
@@ -28,6 +38,7 @@ DutyPlan plan_launch_duty(const WindowView& view, const Snapshot& snap, double b
     s.unbudgeted = unbudgeted;
     s.duty = std::clamp((budget * cpu - others) / launches, kMinDuty, 1.0);
     s.over = (others + s.duty * launches) / cpu > budget * 1.0001;
+    s.others_over = others / cpu > budget;
     for (const ProcessWindow* p : procs) {
       for (const auto& [id, t] : p->calls) {
         if (is_cycled_call(id) && t.count > 0) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <map>
+#include <system_error>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -114,6 +115,34 @@ std::vector<int> EventQueue::wait(std::chrono::milliseconds timeout) {
 
 Discovery::Discovery(CallPrograms programs, DiscoveryOptions options, const host::Procfs& fs)
     : programs_(programs), options_(options), fs_(fs) {}
+
+Discovery::~Discovery() {
+  std::unique_lock lock(closers_->mu);
+  closers_->cv.wait_for(lock, std::chrono::seconds(5), [this] { return closers_->running == 0; });
+}
+
+void Discovery::detach_later(std::vector<FdLink> links) {
+  if (links.empty()) return;
+  std::shared_ptr<Closers> c = closers_;
+  {
+    std::lock_guard lock(c->mu);
+    if (c->running >= kMaxClosers) return;  // `links` closes here, on this thread
+    c->running++;
+  }
+  auto done = [c] {
+    std::lock_guard lock(c->mu);
+    c->running--;
+    c->cv.notify_all();
+  };
+  try {
+    std::thread([links = std::move(links), done]() mutable {
+      links.clear();
+      done();
+    }).detach();
+  } catch (const std::system_error&) {
+    done();  // no thread: the links closed here, with the lambda that held them
+  }
+}
 
 bool Discovery::failed_before(const FileKey& key, const struct stat* st) {
   auto it = failed_.find(key);
@@ -332,7 +361,7 @@ std::chrono::milliseconds Discovery::next_wait() const {
   std::chrono::milliseconds wait = pending_.empty() ? kSweepInterval : kRetryDelay;
   if (duty_.empty()) return wait;
   // Wake for the next edge of a cycled process's duty.
-  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(kDutyPeriod);
+  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duty_period);
   const auto pos = (std::chrono::steady_clock::now() - epoch_) % period;
   for (const auto& [pid, duty] : duty_) {
     const auto edge = std::chrono::nanoseconds(static_cast<std::int64_t>(duty * period.count()));
@@ -365,7 +394,7 @@ std::map<int, std::uint64_t> Discovery::launch_off_ns() const {
 }
 
 bool Discovery::duty_on(double duty, std::chrono::steady_clock::time_point now) const {
-  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(kDutyPeriod);
+  const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duty_period);
   const auto pos = (now - epoch_) % period;
   return static_cast<double>(pos.count()) < duty * static_cast<double>(period.count());
 }
@@ -384,7 +413,7 @@ void Discovery::to_per_process(Library& lib) {
     }
     lib.launch_links.emplace(pid, std::move(*links));
   }
-  lib.probes->take_hot_for_all();  // detached here
+  detach_later(lib.probes->take_hot_for_all());
   lib.per_process = true;
   SW_LOG(kInfo) << "cost budget: the launch probes of " << escape_name(lib.path)
                 << " are per process now (" << lib.pids.size() << " processes map it)";
@@ -398,6 +427,7 @@ void Discovery::to_every_process(Library& lib) {
     return;
   }
   lib.probes->set_hot_for_all(std::move(*all));
+  for (auto& [pid, links] : lib.launch_links) detach_later(std::move(links));
   lib.launch_links.clear();
   lib.per_process = false;
   SW_LOG(kInfo) << "cost budget: the launch probes of " << escape_name(lib.path)
@@ -428,12 +458,23 @@ void Discovery::cycle_launches(std::chrono::steady_clock::time_point now) {
       auto duty = duty_.find(pid);
       const bool on = duty == duty_.end() || duty_on(duty->second, now);
       auto link = lib.launch_links.find(pid);
+      const auto started = std::chrono::steady_clock::now();
+      auto took_us = [&] {
+        return std::chrono::duration_cast<std::chrono::microseconds>(
+                   std::chrono::steady_clock::now() - started)
+            .count();
+      };
       if (on && link == lib.launch_links.end()) {
-        if (auto links = lib.probes->attach_hot(static_cast<std::uint32_t>(pid))) {
-          lib.launch_links.emplace(pid, std::move(*links));
-        }
+        auto links = lib.probes->attach_hot(static_cast<std::uint32_t>(pid));
+        if (links) lib.launch_links.emplace(pid, std::move(*links));
+        SW_LOG(kDebug) << "cost budget: pid " << pid << "'s launch probes "
+                       << (links ? "attached" : "not attached: " + links.error().message)
+                       << " in " << took_us() << " us";
       } else if (!on && link != lib.launch_links.end()) {
-        lib.launch_links.erase(link);  // detached here: its breakpoints leave that process
+        detach_later(std::move(link->second));  // its breakpoints leave that process
+        lib.launch_links.erase(link);
+        SW_LOG(kDebug) << "cost budget: pid " << pid << "'s launch probes detaching ("
+                       << took_us() << " us here)";
       }
       if (duty != duty_.end()) cycled.insert(pid);
     }

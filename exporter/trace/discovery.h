@@ -17,7 +17,7 @@
 // The cost budget (--cost-budget; the daemon's window decides, set_launch_duty) duty-cycles the
 // kernel launches' probes of chosen processes: on each file they map, the launch probes move
 // from the every-process links to one link pair per process (the kernel's pid filter), and a
-// cycled process's pair is attached for `duty` of each kDutyPeriod and detached for the rest,
+// cycled process's pair is attached for `duty` of each duty_period and detached for the rest,
 // so its launches trap only then. Every other call stays probed. A file goes back to its
 // every-process links once none of its processes is cycled. While a file's launches are per
 // process, a process that maps it is probed from its scan on (tens of ms after the mmap).
@@ -62,6 +62,10 @@ struct DiscoveryOptions {
   bool attach_on_disk = false;
   LaunchLayer launch_layer = LaunchLayer::kDriver;  // --launch-layer: whose launches get probes
   SitePolicy sites;  // what this kernel emulates (probe_cost.h); --probe-sites
+  // One cycle of the cost budget's duty: a cycled process's launch probes are attached for the
+  // first duty × duty_period of each. The daemon's window (1 to 10 s): each window then holds
+  // about one period's on-phase, and the on-phase is long next to an attach (~7 ms here).
+  std::chrono::milliseconds duty_period{std::chrono::seconds(1)};
 };
 
 // Library-mapping events from the ring-buffer thread to the discovery thread. push() only
@@ -105,6 +109,9 @@ class Discovery {
  public:
   // `fs` (the host's procfs) must outlive the discovery.
   Discovery(CallPrograms programs, DiscoveryOptions options, const host::Procfs& fs);
+  ~Discovery();  // waits (bounded) for the launch links being detached
+  Discovery(const Discovery&) = delete;
+  Discovery& operator=(const Discovery&) = delete;
 
   // Scans every process; returns the number of processes mapping a traced library.
   size_t scan_all();
@@ -135,9 +142,6 @@ class Discovery {
   // Library files refused because max_libraries were traced (each file counted once).
   std::uint64_t refused_libraries() const { return refused_libraries_.load(); }
 
-  // One cycle of the cost budget's duty: a cycled process's launch probes are attached for the
-  // first duty × kDutyPeriod of each.
-  static constexpr std::chrono::milliseconds kDutyPeriod{1000};
   // The share of each period the launch probes of these processes stay attached, (0, 1];
   // processes not named (or at 1) are not cycled. Applied at the next tick. Any thread.
   void set_launch_duty(std::map<int, double> duty);
@@ -185,6 +189,10 @@ class Discovery {
   void cycle_launches(std::chrono::steady_clock::time_point now);
   void to_per_process(Library& lib);
   void to_every_process(Library& lib);
+  // Closes launch links on a thread of their own: a multi-uprobe link's close removes its
+  // breakpoints at once, then waits for a grace period (~75 ms on 6.18), so a second's detaches
+  // of several processes overlap instead of queueing on the discovery thread.
+  void detach_later(std::vector<FdLink> links);
   // Whether a cycled process's launch probes are on at `now`.
   bool duty_on(double duty, std::chrono::steady_clock::time_point now) const;
 
@@ -231,6 +239,13 @@ class Discovery {
   std::map<int, OffTime> off_;  // per process ever cycled and alive
   const std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
   std::atomic<size_t> cycled_processes_{0}, uncyclable_processes_{0};
+  struct Closers {
+    std::mutex mu;
+    std::condition_variable cv;
+    int running = 0;
+  };
+  static constexpr int kMaxClosers = 64;  // beyond, the discovery thread closes them itself
+  std::shared_ptr<Closers> closers_ = std::make_shared<Closers>();
 };
 
 }  // namespace stallwatch::trace

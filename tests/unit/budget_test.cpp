@@ -46,6 +46,7 @@ TEST(CostBudget, CyclesOnlyTheLaunchBoundWorkload) {
   EXPECT_EQ(plan.series[0].cgroup, kCg);
   EXPECT_NEAR(plan.series[0].unbudgeted, 101000 * kPair, 1e-9);
   EXPECT_FALSE(plan.series[0].over);
+  EXPECT_FALSE(plan.series[0].others_over);
 
   EXPECT_TRUE(chains::plan_launch_duty(v, s, 0).duty.empty()) << "--cost-budget 0: none";
   EXPECT_TRUE(chains::plan_launch_duty(v, s, 0.1).duty.empty()) << "8 % is within 10 %";
@@ -64,6 +65,7 @@ TEST(CostBudget, OtherCallsOverTheBudgetLeaveLaunchesAtTheFloor) {
   EXPECT_DOUBLE_EQ(plan.duty.at(1), chains::kMinDuty);
   ASSERT_EQ(plan.series.size(), 1u);
   EXPECT_TRUE(plan.series[0].over);
+  EXPECT_TRUE(plan.series[0].others_over);
 }
 
 TEST(CostBudget, NoLaunchesNothingToCycle) {
@@ -108,6 +110,19 @@ TEST(CostBudget, CycledLaunchesAreScaledAndThePlanHoldsItsPoint) {
   // Published for /metrics.
   chains::set_window_ratios(b, v);
   EXPECT_DOUBLE_EQ(b.series.at(kCg).launch_duty, 0.25);
+
+  // A window in which the cycled process's launches were never seen (its on-phase fell
+  // outside): no evidence that it is within the budget; the duty held holds.
+  Snapshot c = priced(kT0 + 3 * kWindow);
+  add_proc(c, kCg, 1, "trainer", launch, totals(35000, 4000), oncpu(3 * kWindow));
+  add_proc(c, kCg, 1, "trainer", sync, totals(3000, 7000), oncpu(3 * kWindow));
+  c.launch_off_ns[1] = 1'750'000'000;
+  const chains::WindowView quiet = chains::diff_windows(&b, c);
+  EXPECT_DOUBLE_EQ(find(quiet, 1)->launch_duty, 0.01);
+  EXPECT_TRUE(chains::plan_launch_duty(quiet, c, 0.01).duty.empty()) << "nothing held";
+  const chains::DutyPlan kept = chains::plan_launch_duty(quiet, c, 0.01, plan.duty);
+  ASSERT_EQ(kept.duty.size(), 1u);
+  EXPECT_DOUBLE_EQ(kept.duty.at(1), plan.duty.at(1));
 
   // A process never cycled keeps duty 1 and its counts as seen.
   add_proc(b, kOtherCg, 2, "calm", launch, totals(10, 4000), oncpu(kWindow));
