@@ -397,6 +397,9 @@ function overview() {
     [[`sum by (instance, class) (stallwatch_probe_sites${SELF})`, '{{instance}} {{class}}']], { w: 8, min: 0 }));
   p.push(timeseries('Trap cost per probe', 'stallwatch_probe_trap_seconds: what one probe adds to a call on each node, measured at the daemon\'s start, by site class and probe (entry, return).',
     [[`max by (instance, class, probe) (stallwatch_probe_trap_seconds${SELF})`, '{{instance}} {{class}} {{probe}}']], { unit: 's', w: 8, min: 0 }));
+  p.push(timeseries('Launch probe duty per workload', 'stallwatch_probe_duty_ratio: share of each window the workload\'s kernel-launch probes were attached. Below 1 the cost budget (--cost-budget; the budget line is stallwatch_probe_cost_budget_ratio) duty-cycles them: its launch series hold what the probes saw, a launch rate is rate(count) / this ratio, and windows in the store are scaled already.',
+    [[`min by (workload) (${wl(`stallwatch_probe_duty_ratio${sel()}`)})`, '{{workload}}'],
+     [`max by (instance) (stallwatch_probe_cost_budget_ratio${SELF})`, '{{instance}} budget']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
   return dashboard({
     uid: 'stallwatch-overview',
     title: 'GPU stalls — overview',

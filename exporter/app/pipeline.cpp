@@ -114,7 +114,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
   for (chains::Chain& c : changed) {
     auto s = view.series.find(c.identity.cgroup);
     if (s == view.series.end() || s->second.launch_duty >= 1) continue;
-    c.evidence.emplace_back("launch_probe_duty", s->second.launch_duty);
+    c.evidence.emplace_back("launch_probe_duty_share", s->second.launch_duty);
   }
   snap->chains = engine_.counts();
   if (store_) {

@@ -13,7 +13,7 @@ import { EXPECTED, dashboardFiles, dashboardsDir, expressions, loadDashboard, me
 // power, Xid errors) and other exporters' carry no workload labels; every other expression must
 // filter on all three workload variables (stallwatch_gpu_starvation_ratio and
 // stallwatch_workload_gpu_info are per workload).
-const NOT_PER_WORKLOAD = /^(up|scrape_duration_seconds|stallwatch_(build_info|events_lost_total|traced_processes|attached_\w+|outliers_total|snapshot_sequence|cpu_stolen_ratio|probe_sites|probe_trap_seconds|store_\w+|otlp_\w+|gpu_(info|sm_clock_\w+|clock_\w+|temperature_celsius|power_\w+|xid_\w+|sample_failures_total)))$/;
+const NOT_PER_WORKLOAD = /^(up|scrape_duration_seconds|stallwatch_(build_info|events_lost_total|traced_processes|attached_\w+|outliers_total|snapshot_sequence|cpu_stolen_ratio|probe_sites|probe_trap_seconds|probe_cost_budget_ratio|store_\w+|otlp_\w+|gpu_(info|sm_clock_\w+|clock_\w+|temperature_celsius|power_\w+|xid_\w+|sample_failures_total)))$/;
 
 test('the three dashboards are there and parse as JSON', () => {
   assert.deepEqual(dashboardFiles(), EXPECTED);
