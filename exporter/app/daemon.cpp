@@ -1,5 +1,6 @@
 #include "app/daemon.h"
 
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -96,6 +97,12 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     return 0;
   }
   apply_log_settings(o.log);
+  // No execve of the daemon or of anything it starts gains privileges beyond what it holds (a
+  // setuid file, file capabilities, or uid 0 getting back the capabilities a thread dropped):
+  // issue #49. Everything the daemon needs it holds already.
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    SW_LOG(kWarn) << "cannot set no_new_privs: " << std::strerror(errno);
+  }
   for (const auto& line : unknown_run_variables(env)) SW_LOG(kWarn) << line;
   if (!preflight()) return 1;
   raise_fd_limit();

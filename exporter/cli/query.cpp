@@ -19,6 +19,7 @@
 #include "cli/flags.h"
 #include "common/duration.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "store/sqlite.h"
 
 namespace stallwatch::cli {
@@ -153,26 +154,65 @@ Result<store::DbPtr> open_readonly(const std::string& path, bool immutable) {
   return db;
 }
 
+// Whether `name` is one of `list`, case-insensitively (SQL names); false for null.
+template <size_t N>
+bool listed(const char* name, const char* const (&list)[N]) {
+  if (!name) return false;
+  for (const char* entry : list) {
+    if (sqlite3_stricmp(name, entry) == 0) return true;
+  }
+  return false;
+}
+
 // Pragmas that take an argument but only read.
 bool reading_pragma(const char* name) {
   static constexpr const char* kReading[] = {
       "table_info",       "table_xinfo",       "index_info",      "index_xinfo", "index_list",
       "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check", "table_list"};
-  if (!name) return false;
-  for (const char* r : kReading) {
-    if (sqlite3_stricmp(name, r) == 0) return true;
-  }
-  return false;
+  return listed(name, kReading);
 }
+
+// The SQL functions a query may call: aggregates, windows, text, numbers, dates and JSON.
+// Anything else is refused while the statement is prepared: fts3_tokenizer() hands out a
+// pointer (and with one argument more installs a tokenizer), and a build may carry others
+// (issue #49). Table-valued JSON functions (json_each, json_tree) are tables, not calls.
+bool allowed_function(const char* name) {
+  static constexpr const char* kAllowed[] = {
+      "abs", "avg", "count", "max", "min", "sum", "total", "group_concat", "string_agg",
+      "coalesce", "ifnull", "iif", "if", "nullif", "length", "octet_length", "lower", "upper",
+      "substr", "substring", "trim", "ltrim", "rtrim", "replace", "instr", "printf", "format",
+      "round", "typeof", "hex", "unhex", "quote", "like", "glob", "char", "unicode",
+      "likely", "unlikely", "likelihood", "concat", "concat_ws", "sign",
+      "date", "time", "datetime", "julianday", "strftime", "unixepoch", "timediff",
+      "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead",
+      "first_value", "last_value", "nth_value",
+      "sqrt", "pow", "power", "exp", "ln", "log", "log2", "log10", "floor", "ceil", "ceiling",
+      "mod", "pi", "trunc",
+      "json", "json_extract", "->", "->>", "json_array", "json_object", "json_array_length",
+      "json_type", "json_valid", "json_quote", "json_group_array", "json_group_object",
+      "json_insert", "json_replace", "json_set", "json_remove", "json_patch"};
+  return listed(name, kAllowed);
+}
+
+struct Authority {
+  bool writes = false;
+  std::string denied;  // the first function refused
+};
 
 // Called while a statement is prepared: notes what sqlite3_stmt_readonly() does not count as a
 // write: ATTACH and DETACH (they change the connection, and may create a file) and setting a
-// pragma. Everything else is sqlite3_stmt_readonly()'s call (the authorizer also sees SQLite's
-// own bookkeeping, e.g. an UPDATE of sqlite_master when json_each is first used).
-int authorize(void* writes, int action, const char* a1, const char* a2, const char*, const char*) {
+// pragma; refuses a function off the list above. Everything else is sqlite3_stmt_readonly()'s
+// call (the authorizer also sees SQLite's own bookkeeping, e.g. an UPDATE of sqlite_master when
+// json_each is first used).
+int authorize(void* state, int action, const char* a1, const char* a2, const char*, const char*) {
+  auto* a = static_cast<Authority*>(state);
   if (action == SQLITE_ATTACH || action == SQLITE_DETACH ||
       (action == SQLITE_PRAGMA && a2 != nullptr && !reading_pragma(a1))) {
-    *static_cast<bool*>(writes) = true;
+    a->writes = true;
+  }
+  if (action == SQLITE_FUNCTION && !allowed_function(a2)) {
+    if (a->denied.empty()) a->denied = a2 ? a2 : "?";
+    return SQLITE_DENY;
   }
   return SQLITE_OK;
 }
@@ -275,13 +315,19 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   sqlite3* h = db->get();
   sqlite3_hard_heap_limit64(kHeapLimit);
 
-  bool writes = false;
-  sqlite3_set_authorizer(h, authorize, &writes);
+  Authority authority;
+  sqlite3_set_authorizer(h, authorize, &authority);
   sqlite3_stmt* raw = nullptr;
   const char* tail = nullptr;
   int rc = sqlite3_prepare_v2(h, o.sql.c_str(), static_cast<int>(o.sql.size()), &raw, &tail);
   sqlite3_set_authorizer(h, nullptr, nullptr);
   std::unique_ptr<sqlite3_stmt, int (*)(sqlite3_stmt*)> stmt(raw, sqlite3_finalize);
+  if (!authority.denied.empty()) {
+    err << kPrefix << "the SQL function " << escape_line(authority.denied)
+        << "() is not allowed in query (aggregates, window, text, number, date and JSON "
+           "functions are); use the sqlite3 shell on a copy for anything else\n";
+    return 2;
+  }
   if (rc != SQLITE_OK) {
     err << kPrefix << "SQL error: " << sqlite3_errmsg(h) << "\n";
     return 1;
@@ -291,7 +337,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
     return 2;
   }
   const std::string verb = first_keyword(o.sql);
-  if (writes || !sqlite3_stmt_readonly(stmt.get()) || verb == "VACUUM") {
+  if (authority.writes || !sqlite3_stmt_readonly(stmt.get()) || verb == "VACUUM") {
     err << kPrefix << "refusing to run a statement that writes (" << verb
         << " \xe2\x80\xa6); query is read-only \xe2\x80\x94 work on a copy with the sqlite3 shell "
            "to "

@@ -67,7 +67,10 @@ XidInfo xid_info(int code) {
 }
 
 std::optional<XidEvent> parse_xid(std::string_view m) {
-  // The driver's own lines start so; text that merely quotes one elsewhere is not an Xid.
+  // The driver's own lines start so; text that merely quotes one elsewhere is not an Xid. Only
+  // the driver's full format counts: a PCI address in the parentheses and a comma after the
+  // code. A process may name itself "NVRM: Xid (): 8" (15 bytes, a whole comm) and crash: the
+  // kernel's "NVRM: Xid (): 8[4242]: segfault at ..." line is not an Xid (issue #49).
   constexpr std::string_view kMark = "NVRM: Xid (";
   while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
   if (m.substr(0, kMark.size()) != kMark) return std::nullopt;
@@ -77,15 +80,19 @@ std::optional<XidEvent> parse_xid(std::string_view m) {
   std::string_view addr = m.substr(0, close);
   if (addr.substr(0, 4) == "PCI:") addr.remove_prefix(4);
   m.remove_prefix(close + 3);
+  PciAddress address;
+  if (!parse_pci_address(addr, address)) return std::nullopt;
   size_t digits = 0;
   while (digits < m.size() && m[digits] >= '0' && m[digits] <= '9') ++digits;
   XidEvent e;
   if (digits == 0 || digits > 4 || !number(m.substr(0, digits), e.code)) return std::nullopt;
   m.remove_prefix(digits);
-  if (!m.empty() && m.front() == ',') m.remove_prefix(1);
+  if (m.empty() || m.front() != ',') return std::nullopt;
+  m.remove_prefix(1);
   while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
   e.pci = escape_line(addr);
-  e.address_known = parse_pci_address(addr, e.address);
+  e.address = address;
+  e.address_known = true;
   // "pid=1234, name=python3, …" when the driver knew the process.
   if (m.substr(0, 4) == "pid=") {
     size_t end = 4;

@@ -41,6 +41,15 @@ std::uint64_t cap_eff(pid_t pid, const std::string& tid) {
   return ~0ull;
 }
 
+// No execve in the daemon's process gains privileges (issue #49): it sets no_new_privs at start.
+TEST(Attack, DaemonRunsWithNoNewPrivs) {
+  Daemon d;
+  ASSERT_TRUE(d.wait_ready()) << "log: " << d.log_path();
+  const std::string status = slurp("/proc/" + std::to_string(d.pid()) + "/status");
+  EXPECT_NE(status.find("NoNewPrivs:\t1"), std::string::npos) << status;
+  EXPECT_EQ(d.stop(), 0);
+}
+
 TEST(Attack, HostileCgroupNameKeepsTheScrapeValid) {
   Daemon daemon;
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();

@@ -11,7 +11,10 @@
 //  - No NVML: the daemon says so once and exports no GPU series.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <chrono>
 #include <cstdlib>
@@ -192,6 +195,21 @@ TEST_F(GpuFaults, XidUnderAHungSynchronizeIsNamedByTheHang) {
   kmsg("NVRM: Xid (PCI:0000:3b:00): 13, pid=" + pid +
        ", name=cuda_workload, \x1b[31m$(id)\xe2\x80\xae stallwatch test line");
   kmsg("NVRM: Xid (PCI:0000:3b:00: 79, stallwatch test line without its parenthesis");
+  // A user's process named "NVRM: Xid (): 8" (a whole 15-byte comm: the program's file name)
+  // that crashes: the kernel logs "NVRM: Xid (): 8[PID]: segfault at ...", no Xid (issue #49).
+  const std::string dir = std::string(TEST_SCRATCH_DIR) + "/xid-name-" + std::to_string(getpid());
+  ::mkdir(dir.c_str(), 0755);
+  const std::string named = dir + "/NVRM: Xid (): 8";
+  ASSERT_EQ(::symlink("/usr/bin/python3", named.c_str()), 0) << named;
+  EXPECT_EQ(run_command({named, "-c", "import ctypes; ctypes.string_at(0)"}, nullptr, 30s),
+            128 + SIGSEGV);
+  ::unlink(named.c_str());
+  ::rmdir(dir.c_str());
+  std::string dmesg;
+  run_command({"dmesg"}, &dmesg, 10s);
+  EXPECT_NE(dmesg.find("NVRM: Xid (): 8["), std::string::npos)
+      << "the kernel did not log the crash (debug.exception-trace 0, or rate-limited): the "
+         "attack was not exercised";
   kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + pid +
        ", name=cuda_workload, GPU has fallen off the bus. (stallwatch test line)");
   ASSERT_TRUE(poll_until([&] { return active(cg.label(), "call_hang") == 1; }, 30s, 100ms))

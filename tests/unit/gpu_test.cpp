@@ -55,14 +55,22 @@ TEST(Xid, RefusesWhatIsNotOneAndBoundsWhatIs) {
   EXPECT_FALSE(parse_xid("NVRM: Xid (PCI:0000:3b:00): , nothing"));  // no code
   EXPECT_FALSE(parse_xid("NVRM: Xid (PCI:0000:3b:00): 123456, too long"));
   EXPECT_FALSE(parse_xid("NVRM: Xid (" + std::string(200, 'a') + "): 79, x"));
+  // Only the driver's full format (issue #49): a process named "NVRM: Xid (): 8" (a whole
+  // 15-byte comm) that segfaults makes the kernel log this, which is no Xid; nor is a line
+  // without a PCI address or without the comma after its code.
+  EXPECT_FALSE(parse_xid("NVRM: Xid (): 8[4242]: segfault at 0 ip 0000000000401000 sp "
+                         "00007ffd00000000 error 4 in a.out[401000+1000]"));
+  EXPECT_FALSE(parse_xid("NVRM: Xid (PCI:zz\x1b[31m): 31, pid=1, x"));
+  EXPECT_FALSE(parse_xid("NVRM: Xid (PCI:0000:3b:00): 8[4242]: segfault at 0"));
+  EXPECT_FALSE(parse_xid("NVRM: Xid (PCI:0000:3b:00): 8"));
   // A hostile rest: control bytes, an ANSI sequence, a bidi override, 10 KB: one escaped line,
-  // cut. The address that is no address is kept (escaped) but matches no GPU.
-  const std::string hostile = "NVRM: Xid (PCI:zz\x1b[31m): 31, pid=1, \n\x1b[2J$(id)\xe2\x80\xae" +
+  // cut.
+  const std::string hostile = "NVRM: Xid (PCI:0000:3b:00): 31, pid=1, \n\x1b[2J$(id)\xe2\x80\xae" +
                               std::string(10000, 'x');
   auto x = parse_xid(hostile);
   ASSERT_TRUE(x);
   EXPECT_EQ(x->code, 31);
-  EXPECT_FALSE(x->address_known);
+  EXPECT_TRUE(x->address_known);
   EXPECT_EQ(x->pci.find('\x1b'), std::string::npos);
   EXPECT_EQ(x->text.find('\x1b'), std::string::npos);
   EXPECT_EQ(x->text.find('\n'), std::string::npos);

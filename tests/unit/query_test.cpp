@@ -225,6 +225,26 @@ TEST_F(QueryTest, WritesAreRefusedWithExit2) {
   EXPECT_FALSE(fs::exists(dir_ + "/copy.db"));
 }
 
+// Only a list of functions (issue #49): fts3_tokenizer('simple') hands out a pointer of the
+// process, and a build may carry other functions no query needs.
+TEST_F(QueryTest, FunctionsOffTheListAreRefused) {
+  for (const char* fn : {"fts3_tokenizer", "randomblob", "zeroblob", "load_extension"}) {
+    const std::string sql = std::string("SELECT hex(") + fn + "('simple'))";
+    Outcome o = run_query({"--db", db_, sql});
+    EXPECT_EQ(o.code, 2) << sql << ": " << o.err;
+    EXPECT_EQ(o.out, "") << sql;
+    EXPECT_EQ(o.err, std::string("stallwatch query: the SQL function ") + fn +
+                         "() is not allowed in query (aggregates, window, text, number, date and "
+                         "JSON functions are); use the sqlite3 shell on a copy for anything else\n")
+        << sql;
+  }
+  Outcome o = run_query({"--db", db_, "--format", "csv",
+                         "SELECT upper('a') AS u, abs(-3) AS r, count(*) AS n, "
+                         "strftime('%Y', 0, 'unixepoch') AS y FROM chains"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "u,r,n,y\r\nA,3,1,1970\r\n");
+}
+
 TEST_F(QueryTest, OneStatementOnly) {
   Outcome o = run_query({"--db", db_, "SELECT 1; DELETE FROM chains"});
   EXPECT_EQ(o.code, 2);
