@@ -183,6 +183,8 @@ bool allowed_function(const char* name) {
       "substr", "substring", "trim", "ltrim", "rtrim", "replace", "instr", "printf", "format",
       "round", "typeof", "hex", "unhex", "quote", "like", "glob", "char", "unicode",
       "likely", "unlikely", "likelihood", "concat", "concat_ws", "sign",
+      // Bounded by the statement's heap limit (kHeapLimit) like any value it makes.
+      "random", "randomblob", "zeroblob",
       "date", "time", "datetime", "julianday", "strftime", "unixepoch", "timediff",
       "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead",
       "first_value", "last_value", "nth_value",
