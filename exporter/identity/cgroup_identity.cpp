@@ -1,6 +1,10 @@
 #include "identity/cgroup_identity.h"
 
+#include "common/strings.h"
+
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <vector>
 
 namespace stallwatch::identity {
@@ -167,7 +171,47 @@ Identity parse_cgroup_path(std::string_view path) {
   return id;
 }
 
+Identity parse_cgroup_path(std::string_view path, std::string_view trusted) {
+  Identity id = parse_cgroup_path(trusted);
+  const std::string full = normalize(split(path, '/'));
+  id.delegated = full != id.cgroup;
+  id.cgroup = full;
+  return id;
+}
+
+namespace {
+
+// FNV-1a, 64 bits: a stable tag for a shortened label (not a defence against collisions made
+// on purpose; the kept head and tail already separate the names that matter).
+std::uint64_t fnv1a(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// `at` moved back to the start of the UTF-8 sequence it falls in.
+std::size_t sequence_start(std::string_view s, std::size_t at) {
+  while (at > 0 && at < s.size() && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) --at;
+  return at;
+}
+
+}  // namespace
+
+std::string cgroup_label(std::string_view path) {
+  std::string label = escape_name(path);
+  if (label.size() <= kMaxCgroupLabel) return label;
+  const std::size_t head = sequence_start(label, kCgroupLabelKeep);
+  const std::size_t tail = sequence_start(label, label.size() - kCgroupLabelKeep);
+  char tag[17];
+  std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(fnv1a(path)));
+  return label.substr(0, head) + "\u2026" + tag + "\u2026" + label.substr(tail);
+}
+
 std::string workload_key(const Identity& id) {
+  if (id.delegated) return id.cgroup.empty() ? std::string("/") : id.cgroup;
   const std::string short_id = id.container_id.substr(0, 12);
   if (!id.pod.empty()) {
     std::string key = id.pod_namespace + "/" + id.pod;

@@ -5,6 +5,7 @@
 // Thread-safety: pure functions, safe to call from any thread.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -26,6 +27,10 @@ struct Identity {
   // The `workload` label on /metrics (metrics/model.h's shape_families sets it on its copies;
   // empty elsewhere).
   std::string workload{};
+  // The cgroup lies below a level a user owns (a delegated subtree: a systemd user manager's,
+  // a rootless container's), where the user chooses every name: the fields above come only from
+  // the levels the runtime owns, and workload_key is the cgroup path (issue #49).
+  bool delegated = false;
 
   bool operator==(const Identity&) const = default;
 };
@@ -44,6 +49,18 @@ struct Identity {
 // else "systemd" when a unit was found. crio-conmon-<id>.scope holds CRI-O's monitor process,
 // not the container: runtime "crio" without a container_id.
 Identity parse_cgroup_path(std::string_view path);
+// The same for a path whose leading `trusted` part alone was made by the runtime (the resolver's
+// trusted_path_of): the fields come from `trusted`, cgroup is `path`, delegated is set when the
+// two differ.
+Identity parse_cgroup_path(std::string_view path, std::string_view trusted);
+
+// The `cgroup` label of a cgroup path: escape_name's form (a backslash doubled, each byte of an
+// invalid UTF-8 sequence \xNN, controls and hostile code points escaped), so that two names
+// that differ in any byte stay two labels and every label is valid UTF-8; past kMaxCgroupLabel
+// bytes, the first and last kCgroupLabelKeep bytes around "…<16 hex of a hash of the path>…".
+inline constexpr std::size_t kMaxCgroupLabel = 1024;
+inline constexpr std::size_t kCgroupLabelKeep = 480;
+std::string cgroup_label(std::string_view path);
 
 // A short key for a workload, stable across its container's restarts where the Kubernetes names
 // are known (issue #37: the `workload` label of every per-workload series):
@@ -52,7 +69,7 @@ Identity parse_cgroup_path(std::string_view path);
 //   <runtime>/<12 hex>           another container (docker/3f2a9c1b7d4e)
 //   slurm/job_<id>/step_<step>   a Slurm job (the step left off when unknown)
 //   <unit>                       a systemd unit or scope (fluent-bit.service, session-3.scope)
-//   <cgroup path>                anything else ("/" for the root)
+//   <cgroup path>                anything else ("/" for the root), and every delegated cgroup
 // Never empty.
 std::string workload_key(const Identity& id);
 

@@ -1,6 +1,9 @@
 #include "trace/collector.h"
 
+#include <optional>
 #include <utility>
+
+#include "identity/cgroup_identity.h"
 
 #include "common/guard.h"
 
@@ -13,21 +16,26 @@ Collector::Collector(std::vector<std::unique_ptr<Source>> sources,
 
 std::string Collector::cgroup_path(std::uint64_t cgroup_id) {
   auto path = resolver_.path_of(cgroup_id);
-  return path ? *path : std::string();
+  return path ? identity::cgroup_label(*path) : std::string();
 }
 
 CgroupSlot& Collector::cgroup(std::uint64_t cgroup_id) {
   auto it = cgroups_.find(cgroup_id);
   if (it != cgroups_.end()) return it->second;
-  std::string path = cgroup_path(cgroup_id);
-  size_t own_labels = label_users_.size() - label_users_.count(kOverflowCgroup);
-  std::string label = path;
-  if (path.empty() || (!label_users_.count(path) && own_labels >= options_.max_cgroups)) {
-    label = kOverflowCgroup;
-  }
-  label_users_[label]++;
   CgroupSlot slot;
-  slot.label = label;
+  const std::optional<std::string> path = resolver_.path_of(cgroup_id);
+  const size_t own_labels = label_users_.size() - label_users_.count(kOverflowCgroup);
+  slot.label = path ? identity::cgroup_label(*path) : std::string();
+  if (slot.label.empty() ||
+      (!label_users_.count(slot.label) && own_labels >= options_.max_cgroups)) {
+    slot.label = kOverflowCgroup;
+  } else {
+    if (path->size() <= identity::CgroupResolver::kMaxCheckedPath) slot.path = *path;
+    slot.identity = identity::parse_cgroup_path(
+        *path, resolver_.trusted_path_of(cgroup_id).value_or(std::string("/")));
+    slot.identity.cgroup = slot.label;
+  }
+  label_users_[slot.label]++;
   return cgroups_.emplace(cgroup_id, std::move(slot)).first->second;
 }
 
@@ -109,19 +117,35 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
 
   for (auto& s : sources_) s->read(*this, *snap);
   for (const auto& [id, slot] : cgroups_) snap->cgroup_labels.emplace(id, slot.label);
+  auto& series = snap->series;
+  // A label's identity and directory: those of a slot that feeds it (slots share a label only
+  // when the same path was made again, or in the overflow series, which has neither). Before
+  // the vanished cgroups' slots go, so that their last window keeps its identity.
+  const auto adopt = [](Series& s, const CgroupSlot& slot) {
+    if (slot.label == kOverflowCgroup || !s.identity.cgroup.empty()) return;
+    s.identity = slot.identity;
+    s.cgroup_dir = slot.path;
+  };
+  for (const auto& [id, slot] : cgroups_) {
+    if (const auto s = series.find(slot.label); s != series.end()) adopt(s->second, slot);
+  }
   drop_vanished_cgroups();
   for (auto it = procs_.begin(); it != procs_.end();) {
     it = alive(it->first, it->second.start_tag) ? std::next(it) : procs_.erase(it);
   }
-  auto& series = snap->series;
   for (const auto& [id, slot] : cgroups_) {
     if (slot.retired.empty() && !slot.live && !series.count(slot.label)) continue;
-    series[slot.label].add(slot.retired);
+    Series& s = series[slot.label];
+    s.add(slot.retired);
+    adopt(s, slot);
   }
   for (auto& s : sources_) s->finish(*snap);
   for (auto& [label, s] : series) {
-    s.identity =
-        label == kOverflowCgroup ? identity::Identity{} : identity::parse_cgroup_path(label);
+    if (label == kOverflowCgroup) {
+      s.identity = {};
+    } else if (s.identity.cgroup.empty()) {
+      s.identity.delegated = true;  // no slot vouched for it: nothing read from its names
+    }
     s.identity.cgroup = label;
     if (options_.kube) options_.kube->annotate(s.identity);
   }

@@ -15,8 +15,11 @@ class PressureSource : public Source {
 
   void finish(Snapshot& snap) override {
     for (auto& [label, s] : snap.series) {
-      if (label == kOverflowCgroup) continue;
-      s.pressure = host::read_pressure(resolver_.mount() + (label == "/" ? "" : label));
+      // The kernel's name for the directory, not the label (escaped and bounded); none for the
+      // overflow series or a path too long to open by name.
+      if (label == kOverflowCgroup || s.cgroup_dir.empty()) continue;
+      s.pressure =
+          host::read_pressure(resolver_.mount() + (s.cgroup_dir == "/" ? "" : s.cgroup_dir));
     }
   }
 

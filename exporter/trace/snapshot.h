@@ -222,6 +222,9 @@ struct ExitedAllocFailure {
 // sources' cumulative totals, and what is known of the live processes now.
 struct Series : SeriesTotals {
   identity::Identity identity;        // identity.cgroup is the `cgroup` label
+  // The cgroup's directory under the cgroup2 mount, as the kernel names it (the label escapes
+  // and bounds it); "" for the overflow series or a path too long to open by name.
+  std::string cgroup_dir;
   // Window ratios (window.h computes them; the pipeline fills them before publishing).
   double runnable_ratio = 0;  // share of the CUDA-issuing threads' time spent runnable, last window
   double blocked_ratio = 0;

@@ -18,6 +18,10 @@ namespace stallwatch::trace {
 // One cgroup as the collector tracks it.
 struct CgroupSlot {
   std::string label;     // the series it feeds (kOverflowCgroup past --max-cgroups)
+  // Its path under the cgroup2 mount as the kernel names it ("" when unknown or too long to
+  // open by name), for the files read there; the label is escaped and bounded.
+  std::string path;
+  identity::Identity identity;  // from the levels the runtime owns (CgroupResolver)
   SeriesTotals retired;  // of its exited processes (and of vanished cgroups of the same label)
   bool live = false;     // had map entries of live CUDA-issuing processes in this pass
 };
@@ -27,7 +31,8 @@ class SourceContext {
  public:
   // The cgroup's slot, created (and labelled) the first time the cgroup is seen.
   virtual CgroupSlot& cgroup(std::uint64_t cgroup_id) = 0;
-  virtual std::string cgroup_path(std::uint64_t cgroup_id) = 0;  // "" when unknown
+  // The cgroup's label (identity::cgroup_label of its path), "" when unknown.
+  virtual std::string cgroup_path(std::uint64_t cgroup_id) = 0;
   // Whether `pid` runs and is the process the kernel saw: `start_tag` is its start time from
   // the map key (bpf/stallwatch.h SW_START_TAG_NS); an exited process whose PID was reused is
   // not alive. 0: the PID alone decides. Cached for the pass.

@@ -50,29 +50,53 @@ TEST(Attack, DaemonRunsWithNoNewPrivs) {
   EXPECT_EQ(d.stop(), 0);
 }
 
+// Issue #49: the label escapes invalid bytes losslessly (\xNN, a backslash doubled), so a
+// cgroup literally named with the replacement characters a lossy repair would write is a
+// second series, not the first one's (Prometheus would keep one of two identical label sets).
 TEST(Attack, HostileCgroupNameKeepsTheScrapeValid) {
   Daemon daemon;
   ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
   // The kernel refuses '\n' in cgroup names; everything else goes.
   const std::string name = "sw-evil-" + std::to_string(getpid()) + ";\xff\xfe\"q\\x";
+  const std::string lookalike =
+      "sw-evil-" + std::to_string(getpid()) + ";\xEF\xBF\xBD\xEF\xBF\xBD\"q\\x";
   TestCgroup cg(name);
+  TestCgroup twin(lookalike);
   ASSERT_TRUE(std::filesystem::is_directory(cg.dir())) << "the kernel refused the name";
+  ASSERT_TRUE(std::filesystem::is_directory(twin.dir()));
   Spawn s;
   s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls",
             "cudaMemset:4"};
   s.cgroup_dir = cg.dir();
-  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  Spawn t = s;
+  t.argv.back() = "cudaMemset:2";
+  t.cgroup_dir = twin.dir();
+  const pid_t first = spawn(s);
+  ASSERT_EQ(wait_exit(spawn(t)), 0);
+  ASSERT_EQ(wait_exit(first), 0);
   ASSERT_TRUE(daemon.wait_windows());
   const std::string text = daemon.metrics();
   EXPECT_TRUE(is_valid_utf8(text)) << "the exposition carries invalid UTF-8";
-  // Two replacement characters for the two bad bytes; the quote and backslash escaped.
+  // The bad bytes as \xff\xfe, the backslash doubled; then the exposition's own escaping.
   const std::string label = "cgroup=\"/sw-evil-" + std::to_string(getpid()) +
-                            ";\xEF\xBF\xBD\xEF\xBF\xBD\\\"q\\\\x\"";
+                            ";\\\\xff\\\\xfe\\\"q\\\\\\\\x\"";
   EXPECT_NE(text.find(label), std::string::npos) << "no series with " << label;
   const auto samples = parse_exposition(text);
   EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
-                        {{"cgroup", to_valid_utf8(cg.label())}, {"call", "cudaMemset"}}),
+                        {{"cgroup", escape_name(cg.label())}, {"call", "cudaMemset"}}),
             4);
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", escape_name(twin.label())}, {"call", "cudaMemset"}}),
+            2)
+      << "the look-alike merged into the first cgroup's series:\n" << [&] {
+           std::string seen;
+           for (const auto& sample : samples) {
+             if (sample.name == "stallwatch_cuda_call_duration_seconds_count") {
+               seen += sample.labels.at("cgroup") + " " + std::to_string(sample.value) + "\n";
+             }
+           }
+           return seen;
+         }();
   if (system("command -v promtool >/dev/null") == 0) {
     const std::string path = "/tmp/stallwatch-attack-" + std::to_string(getpid()) + ".prom";
     std::ofstream(path) << text;

@@ -6,7 +6,9 @@
 // DaemonSet's limit; a cgroup made here, v2 memory.max or v1 memory.limit_in_bytes on hybrid
 // hosts, as systemd-run -p MemoryMax=256M would make), and must keep serving /metrics, count the
 // normal stand-in job's CUDA calls exactly, say one line per bad file however many rescans meet
-// it, and never be OOM-killed.
+// it, and never be OOM-killed. The same cap holds against a cgroup tree nobody builds in a
+// subtree delegated to it (issue #49): 250 nested levels of 255-byte names with 4,000 leaves,
+// each leaf's path ~64 KB, which got the daemon OOM-killed when it kept paths as strings.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <elf.h>
@@ -20,6 +22,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -132,17 +136,11 @@ std::string own_cgroup_dir(const std::string& mount, const std::string& controll
   return "";
 }
 
-TEST(HostileFiles, DaemonUnderA256MiBCapSurvivesSparseLibrariesMappedByNobody) {
-  HostileDir files;
-  ASSERT_TRUE(files.ok()) << "cannot create the sparse files";
-  const pid_t mapper = map_as_nobody(files.mapper(), {files.cudart(), files.nccl()});
-  ASSERT_GT(mapper, 0) << "map_file as nobody did not map the files";
-
-  // The cap: the daemon is forked while this process sits in the capped cgroup.
-  const std::string cap_name = "sw-hostile-cap-" + std::to_string(getpid());
-  MemoryCgroup cap(cap_name, 256ull << 20);
-  std::string why_uncapped;
-  if (!cap.ok()) why_uncapped = cap.error();
+// The daemon started inside `cap` (named `cap_name`): forked while this process sits there, so
+// it stays there when this process moves back. Without a cap (none could be made) it runs
+// uncapped, with a note.
+std::unique_ptr<Daemon> start_capped(const MemoryCgroup& cap, const std::string& cap_name,
+                                     std::vector<std::string> args) {
   std::vector<std::string> back;
   if (cap.ok()) {
     // Where this process is, to return to after the fork.
@@ -154,12 +152,38 @@ TEST(HostileFiles, DaemonUnderA256MiBCapSurvivesSparseLibrariesMappedByNobody) {
     if (cap.v1()) into.push_back(cap.memory_dir());
     move_self(into);
   }
-  // Rescans every second: each meets both files again.
-  Daemon daemon({"--rescan-interval", "1s"});
-  if (cap.ok()) move_self(back);
-  if (!why_uncapped.empty()) {
-    std::cerr << "note: the daemon runs without a memory cap: " << why_uncapped << "\n";
+  auto daemon = std::make_unique<Daemon>(std::move(args));
+  if (cap.ok()) {
+    move_self(back);
+  } else {
+    std::cerr << "note: the daemon runs without a memory cap: " << cap.error() << "\n";
   }
+  return daemon;
+}
+
+// The daemon is in the cap, was never OOM-killed there; its peak is printed.
+void expect_held(const MemoryCgroup& cap, const Daemon& daemon) {
+  if (!cap.ok()) return;
+  const std::string procs = read_text(cap.memory_dir() + "/cgroup.procs");
+  EXPECT_NE(("\n" + procs).find("\n" + std::to_string(daemon.pid()) + "\n"), std::string::npos)
+      << "the daemon is not in the capped cgroup " << cap.memory_dir();
+  EXPECT_EQ(cap.oom_kills(), 0u) << "the daemon hit its 256 MiB cap";
+  const std::string peak = read_text(cap.memory_dir() +
+                                     (cap.v1() ? "/memory.max_usage_in_bytes" : "/memory.peak"));
+  std::cerr << "daemon cgroup peak memory: " << peak;
+}
+
+TEST(HostileFiles, DaemonUnderA256MiBCapSurvivesSparseLibrariesMappedByNobody) {
+  HostileDir files;
+  ASSERT_TRUE(files.ok()) << "cannot create the sparse files";
+  const pid_t mapper = map_as_nobody(files.mapper(), {files.cudart(), files.nccl()});
+  ASSERT_GT(mapper, 0) << "map_file as nobody did not map the files";
+
+  const std::string cap_name = "sw-hostile-cap-" + std::to_string(getpid());
+  MemoryCgroup cap(cap_name, 256ull << 20);
+  // Rescans every second: each meets both files again.
+  const auto started = start_capped(cap, cap_name, {"--rescan-interval", "1s"});
+  Daemon& daemon = *started;
   ASSERT_TRUE(daemon.wait_ready()) << "the daemon did not come up; log: "
                                    << read_text(daemon.log_path());
 
@@ -192,17 +216,133 @@ TEST(HostileFiles, DaemonUnderA256MiBCapSurvivesSparseLibrariesMappedByNobody) {
   ASSERT_EQ(nccl_lines.size(), 1u) << log;
   EXPECT_NE(nccl_lines[0].find("hole"), std::string::npos) << nccl_lines[0];
 
-  if (cap.ok()) {
-    const std::string procs = read_text(cap.memory_dir() + "/cgroup.procs");
-    EXPECT_NE(("\n" + procs).find("\n" + std::to_string(daemon.pid()) + "\n"), std::string::npos)
-        << "the daemon is not in the capped cgroup " << cap.memory_dir();
-    EXPECT_EQ(cap.oom_kills(), 0u) << "the daemon hit its 256 MiB cap";
-    const std::string peak = read_text(cap.memory_dir() +
-                                       (cap.v1() ? "/memory.max_usage_in_bytes" : "/memory.peak"));
-    std::cerr << "daemon cgroup peak memory: " << peak;
-  }
+  expect_held(cap, daemon);
   EXPECT_EQ(daemon.stop(), 0) << log;
   kill_and_reap(mapper);
+}
+
+// Removes directory `name` below `dir_fd` and every directory under it, by descriptor: a chain
+// deeper than PATH_MAX cannot be removed by path. Cgroup directories go with rmdir alone.
+void remove_tree_at(int dir_fd, const std::string& name) {
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    std::vector<std::string> children;
+    for (const auto& e :
+         std::filesystem::directory_iterator("/proc/self/fd/" + std::to_string(fd))) {
+      if (e.symlink_status().type() == std::filesystem::file_type::directory) {
+        children.push_back(e.path().filename());
+      }
+    }
+    for (const auto& c : children) remove_tree_at(fd, c);
+    ::close(fd);
+  }
+  ::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
+}
+
+// As nobody, below `top` (a cgroup delegated to nobody): `levels` nested directories of
+// 255-byte names with `leaves` directories at the bottom, and beside them a pod's and a
+// container's scope by the kubelet's and containerd's names. 0 when all were made.
+int build_as_nobody(const std::string& top, int levels, int leaves, const std::string& fake_pod) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+      ::_exit(126);
+    }
+    int fd = ::open(top.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int level = 0; fd >= 0 && level < levels; ++level) {
+      std::string name(255, static_cast<char>('a' + level % 26));
+      name.replace(0, 3, std::to_string(100 + level));
+      if (::mkdirat(fd, name.c_str(), 0755) != 0) ::_exit(10);
+      const int next = ::openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      ::close(fd);
+      fd = next;
+    }
+    if (fd < 0) ::_exit(11);
+    for (int i = 0; i < leaves; ++i) {
+      const std::string name = std::to_string(i) + std::string(250, 'z');
+      if (::mkdirat(fd, name.c_str(), 0755) != 0) ::_exit(12);
+    }
+    std::string path = top;
+    for (const auto& part : {fake_pod.substr(0, fake_pod.find('/')),
+                             fake_pod.substr(fake_pod.find('/') + 1)}) {
+      path += "/" + part;
+      if (::mkdir(path.c_str(), 0755) != 0) ::_exit(13);
+    }
+    ::_exit(0);
+  }
+  return wait_exit(pid);
+}
+
+// Issue #49: the high finding (a persistent OOM from a deep tree any user with a delegated
+// subtree can build) and (d) (a pod's and container's names made by a user label the user's
+// job as that pod). Under the 256 MiB cap the daemon walks the tree, resolves a job started
+// after it and keeps serving; the fake pod's job is exported under its own path, no pod UID.
+TEST(HostileCgroups, DaemonUnderA256MiBCapSurvivesADeepTreeMadeByNobody) {
+  const std::string tag = std::to_string(getpid());
+  TestCgroup delegated("sw-delegated-" + tag);
+  ASSERT_EQ(::chown(delegated.dir().c_str(), kNobody, kNobody), 0) << std::strerror(errno);
+  const std::string uid = "1a2b3c4d_5e6f_7a8b_9c0d_112233445566";
+  const std::string fake_pod = "kubepods-burstable-pod" + uid + ".slice/cri-containerd-" +
+                               std::string(64, 'c') + ".scope";
+  constexpr int kLevels = 250, kLeaves = 4000;
+  const auto made = std::chrono::steady_clock::now();
+  ASSERT_EQ(build_as_nobody(delegated.dir(), kLevels, kLeaves, fake_pod), 0);
+  std::cerr << "nobody made " << kLevels + kLeaves + 2 << " cgroups in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - made).count()
+            << " ms\n";
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        if (e.symlink_status().type() == std::filesystem::file_type::directory) {
+          remove_tree_at(fd, e.path().filename());
+        }
+      }
+      ::close(fd);
+    }
+  } cleanup{delegated.dir()};
+
+  const std::string cap_name = "sw-deep-cap-" + tag;
+  MemoryCgroup cap(cap_name, 256ull << 20);
+  const auto started = start_capped(cap, cap_name, {});
+  Daemon& daemon = *started;
+  ASSERT_TRUE(daemon.wait_ready()) << read_text(daemon.log_path());
+
+  // A job in a cgroup made now: its id is unknown, so the daemon walks the whole tree.
+  TestCgroup cg("sw-deep-job-" + tag);
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls",
+            "cudaMemset:4"};
+  s.cgroup_dir = cg.dir();
+  Spawn pod = s;
+  pod.argv.back() = "cudaMemset:2";
+  pod.cgroup_dir = delegated.dir() + "/" + fake_pod;
+  const pid_t first = spawn(s);
+  ASSERT_EQ(wait_exit(spawn(pod)), 0);
+  ASSERT_EQ(wait_exit(first), 0);
+  ASSERT_TRUE(daemon.wait_windows()) << read_text(daemon.log_path());
+  ASSERT_EQ(::kill(daemon.pid(), 0), 0) << "the daemon died";
+  const auto samples = parse_exposition(daemon.metrics());
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", cg.label()}, {"call", "cudaMemset"}}),
+            4);
+  const std::string pod_label = delegated.label() + "/" + fake_pod;
+  EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
+                        {{"cgroup", pod_label}, {"call", "cudaMemset"}}),
+            2);
+  int info = 0;
+  for (const auto& sample : samples) {
+    if (sample.name != "stallwatch_cgroup_info" || sample.labels.at("cgroup") != pod_label) continue;
+    ++info;
+    EXPECT_EQ(sample.labels.count("pod_uid") ? sample.labels.at("pod_uid") : "", "")
+        << "a pod's names made in a delegated subtree named the workload";
+    EXPECT_EQ(sample.labels.count("workload") ? sample.labels.at("workload") : "?", pod_label);
+  }
+  EXPECT_EQ(info, 1);
+  expect_held(cap, daemon);
+  EXPECT_EQ(daemon.stop(), 0) << read_text(daemon.log_path());
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Tests for exporter/identity: cgroup path parsing, cgroup2 mount discovery, id -> path resolver.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "identity/cgroup_identity.h"
@@ -306,10 +308,165 @@ TEST_F(CgroupResolverTest, WalkAndChecksAreBounded) {
   EXPECT_EQ(resolver.cached(), 1u) << "in a few calls every stale entry is gone; the root stays";
 }
 
+// Removes `name` under `dir_fd` and everything below it by descriptor (a chain deeper than
+// PATH_MAX cannot be removed by path).
+void remove_below(int dir_fd, const char* name) {
+  const int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    std::vector<std::string> children;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd/" + std::to_string(fd))) {
+      children.push_back(e.path().filename());
+    }
+    for (const auto& c : children) {
+      if (unlinkat(fd, c.c_str(), 0) != 0) remove_below(fd, c.c_str());
+    }
+    close(fd);
+  }
+  unlinkat(dir_fd, name, AT_REMOVEDIR);
+}
+
+// Issue #49, the high finding: 250 nested levels of 255-byte names with leaves below, each
+// leaf's path ~64 KB. The resolver keeps parent + name: what it holds grows with the names,
+// not with the paths, and every leaf still resolves to its full path.
+TEST_F(CgroupResolverTest, DeepTreesCostTheirNamesNotTheirPaths) {
+  constexpr int kLevels = 250;
+  constexpr int kLeaves = 400;
+  int fd = open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  std::string expected;
+  for (int level = 0; level < kLevels; ++level) {
+    std::string name(255, static_cast<char>('a' + level % 26));
+    name.replace(0, 3, std::to_string(100 + level));
+    ASSERT_EQ(mkdirat(fd, name.c_str(), 0755), 0) << level;
+    const int next = openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(fd);
+    ASSERT_GE(next, 0);
+    fd = next;
+    expected += "/" + name;
+  }
+  std::uint64_t leaf = 0;
+  for (int i = 0; i < kLeaves; ++i) {
+    const std::string name = std::to_string(i) + std::string(250, 'z');
+    ASSERT_EQ(mkdirat(fd, name.c_str(), 0755), 0);
+    struct stat st {};
+    ASSERT_EQ(fstatat(fd, name.c_str(), &st, 0), 0);
+    if (i == 7) leaf = st.st_ino;
+  }
+  close(fd);
+
+  CgroupResolver resolver(root_.string());
+  const auto path = resolver.path_of(leaf);
+  ASSERT_TRUE(path.has_value());
+  EXPECT_EQ(*path, expected + "/7" + std::string(250, 'z'));
+  EXPECT_GT(path->size(), 64000u);
+  EXPECT_EQ(resolver.cached(), 4u + kLevels + kLeaves);
+  // 650 names of ~255 bytes plus a node each: ~0.25 MB. As full paths: 400 × 64 KB = 26 MB.
+  EXPECT_LT(resolver.bytes(), 400u * 1024);
+  EXPECT_GT(resolver.bytes(), 650u * 255);
+  // Too deep to lstat by name: kept while its parent is, not dropped and walked for again.
+  for (int i = 0; i < 5; ++i) resolver.forget_missing();
+  EXPECT_EQ(resolver.cached(), 4u + kLevels + kLeaves);
+  EXPECT_EQ(resolver.path_of(leaf), path);
+  EXPECT_EQ(resolver.walks(), 1u);
+
+  // The byte budget refuses what does not fit (and counts it) instead of growing.
+  ResolverLimits tight;
+  tight.max_bytes = 64 * 1024;
+  CgroupResolver bounded(root_.string(), tight);
+  bounded.path_of(leaf);
+  EXPECT_LE(bounded.bytes(), 64u * 1024);
+  EXPECT_GT(bounded.over_limit(), 0u);
+  const int root_fd = open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  remove_below(root_fd, std::to_string(100).append(252, 'a').c_str());
+  close(root_fd);
+}
+
+// Issue #49 (f): an id a walk did not find (a removed cgroup's, as preemptor entries keep) is
+// remembered as missing: asking again does not walk again, however often.
+TEST_F(CgroupResolverTest, MissingIdsAreNotWalkedForAgain) {
+  CgroupResolver resolver(root_.string());
+  std::filesystem::create_directory(root_ / "gone");
+  const std::uint64_t gone = inode_of(root_ / "gone");
+  std::filesystem::remove(root_ / "gone");
+  EXPECT_EQ(resolver.path_of(gone), std::nullopt);
+  EXPECT_EQ(resolver.walks(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(CgroupResolver::kMinWalkInterval + std::chrono::milliseconds(20));
+    EXPECT_EQ(resolver.path_of(gone), std::nullopt);
+  }
+  EXPECT_EQ(resolver.walks(), 1u) << "a known-missing id walked the tree again";
+  // A new id still gets its walk (this file system, unlike cgroupfs, reuses inode numbers:
+  // the first new directory may get the removed one's).
+  std::filesystem::create_directory(root_ / "new0");
+  std::filesystem::create_directory(root_ / "new");
+  ASSERT_NE(inode_of(root_ / "new"), gone);
+  EXPECT_EQ(resolver.path_of(inode_of(root_ / "new")), "/new");
+  EXPECT_EQ(resolver.walks(), 2u);
+}
+
+// Trust follows the owner of every level (issue #49 (d)): with nothing owned by the trusted
+// uid, no level of the path may name a workload; with everything, all of it may.
+TEST_F(CgroupResolverTest, TrustedPathStopsAtTheFirstLevelNotOwnedByTheRuntime) {
+  ResolverLimits mine;
+  mine.trusted_uid = getuid();
+  CgroupResolver trusting(root_.string(), mine);
+  EXPECT_EQ(trusting.trusted_path_of(inode_of(root_ / "a" / "b")), std::nullopt) << "no walk yet";
+  ASSERT_EQ(trusting.path_of(inode_of(root_ / "a" / "b")), "/a/b");
+  EXPECT_EQ(trusting.trusted_path_of(inode_of(root_ / "a" / "b")), "/a/b");
+  ResolverLimits other;
+  other.trusted_uid = getuid() + 1;
+  CgroupResolver wary(root_.string(), other);
+  ASSERT_EQ(wary.path_of(inode_of(root_ / "a" / "b")), "/a/b");
+  EXPECT_EQ(wary.trusted_path_of(inode_of(root_ / "a" / "b")), "/");
+}
+
 TEST(CgroupResolver, MissingMountResolvesNothing) {
   CgroupResolver resolver("/nonexistent/stallwatch/cgroup");
   EXPECT_EQ(resolver.path_of(1), std::nullopt);
   EXPECT_EQ(resolver.cached(), 0u);
+}
+
+// Issue #49 (d): below a delegated level the user picks every name. A pod's and a container's
+// names made there decide nothing; the workload key is the whole path (a unit name reused
+// there is not the system unit's workload).
+TEST(Identity, NamesBelowADelegatedLevelDecideNothing) {
+  const std::string user = "/user.slice/user-1000.slice";
+  const std::string fake_pod = user + "/user@1000.service/kubepods-burstable-pod" +
+                               kUidUnderscores + ".slice/cri-containerd-" + kId + ".scope";
+  const Identity pod = parse_cgroup_path(fake_pod, user);
+  EXPECT_EQ(pod, (Identity{.cgroup = fake_pod, .delegated = true}));
+  EXPECT_EQ(workload_key(pod), fake_pod);
+  const std::string unit = user + "/user@1000.service/app.slice/fluent-bit.service";
+  EXPECT_EQ(workload_key(parse_cgroup_path(unit, user)), unit);
+  const std::string slurm = "/system.slice/slurmstepd.scope/job_1234/step_0/user/job_99/step_1";
+  const Identity job = parse_cgroup_path(slurm, "/system.slice/slurmstepd.scope/job_1234/step_0");
+  EXPECT_EQ(job.slurm_job, "1234");
+  EXPECT_EQ(job.slurm_step, "0");
+  EXPECT_TRUE(job.delegated);
+  // All of it trusted: as before.
+  const std::string real = "/kubepods.slice/kubepods-pod" + kUidUnderscores + ".slice/cri-containerd-" +
+                           kId + ".scope";
+  EXPECT_EQ(parse_cgroup_path(real, real), parse_cgroup_path(real));
+  EXPECT_FALSE(parse_cgroup_path(real, real).delegated);
+}
+
+// Issue #49 (low): the label is lossless and distinct, valid UTF-8, and bounded.
+TEST(CgroupLabel, EscapesLosslesslyAndBoundsTheLength) {
+  EXPECT_EQ(cgroup_label("/system.slice/fluent-bit.service"), "/system.slice/fluent-bit.service");
+  EXPECT_EQ(cgroup_label("/a\xff\\b"), "/a\\xff\\\\b");
+  EXPECT_NE(cgroup_label("/a\xff"), cgroup_label("/a\xEF\xBF\xBD"));
+  EXPECT_NE(cgroup_label("/a\xff"), cgroup_label("/a\\xff"));  // a literal backslash-x-f-f
+  EXPECT_EQ(cgroup_label("/caf\xC3\xA9"), "/caf\xC3\xA9");
+  std::string deep;
+  for (int i = 0; i < 250; ++i) deep += "/" + std::string(254, 'a') + "\xC3\xA9";
+  const std::string label = cgroup_label(deep);
+  EXPECT_LE(label.size(), kMaxCgroupLabel);
+  EXPECT_EQ(label.substr(0, 100), deep.substr(0, 100));
+  EXPECT_TRUE(label.ends_with(deep.substr(deep.size() - 300)));
+  std::string other = deep;
+  other[5000] = 'b';  // differs only where the label leaves it out
+  EXPECT_NE(cgroup_label(other), label);
+  EXPECT_EQ(cgroup_label(other).size(), label.size());
 }
 
 // The `workload` key of issue #37, one case per rule of cgroup_identity.h.
