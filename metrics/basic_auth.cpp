@@ -36,18 +36,20 @@ void LoginThrottle::refill(Bucket& b, double burst, Clock::duration every, Clock
 }
 
 void LoginThrottle::evict(Clock::time_point now) {
-  // Full buckets say nothing a new one would not; drop them first, then everything (the shared
-  // bucket still bounds a flood from more addresses than we keep).
+  // Full clean buckets say nothing a new one would not; drop them first, then everything (the
+  // shared buckets still bound a flood from more addresses than we keep).
   for (auto it = clients_.begin(); it != clients_.end();) {
     refill(it->second, limits_.burst, limits_.refill, now);
-    it = it->second.tokens >= limits_.burst ? clients_.erase(it) : std::next(it);
+    const bool idle = it->second.tokens >= limits_.burst && !it->second.failed;
+    it = idle ? clients_.erase(it) : std::next(it);
   }
   if (clients_.size() >= limits_.max_clients) clients_.clear();
 }
 
-bool LoginThrottle::take(const std::string& client, Clock::time_point now) {
+bool LoginThrottle::take(const std::string& client, Clock::time_point now, bool* clean) {
   std::lock_guard lock(mu_);
   refill(total_, limits_.total_burst, limits_.total_refill, now);
+  refill(clean_, limits_.clean_burst, limits_.clean_refill, now);
   auto it = clients_.find(client);
   if (it == clients_.end()) {
     if (clients_.size() >= limits_.max_clients) evict(now);
@@ -55,29 +57,41 @@ bool LoginThrottle::take(const std::string& client, Clock::time_point now) {
   }
   Bucket& mine = it->second;
   refill(mine, limits_.burst, limits_.refill, now);
-  if (mine.tokens < 1 || total_.tokens < 1) return false;
+  Bucket& shared = mine.failed ? total_ : clean_;
+  if (clean) *clean = !mine.failed;
+  if (mine.tokens < 1 || shared.tokens < 1) return false;
   mine.tokens -= 1;
-  total_.tokens -= 1;
+  shared.tokens -= 1;
   return true;
 }
 
 void LoginThrottle::give_back(const std::string& client, Clock::time_point now) {
   std::lock_guard lock(mu_);
   refill(total_, limits_.total_burst, limits_.total_refill, now);
-  total_.tokens = std::min(limits_.total_burst, total_.tokens + 1);
+  refill(clean_, limits_.clean_burst, limits_.clean_refill, now);
   if (auto it = clients_.find(client); it != clients_.end()) {
+    Bucket& shared = it->second.failed ? total_ : clean_;
+    shared.tokens = std::min(shared.tokens + 1,
+                             it->second.failed ? limits_.total_burst : limits_.clean_burst);
     refill(it->second, limits_.burst, limits_.refill, now);
     it->second.tokens = std::min(limits_.burst, it->second.tokens + 1);
+    it->second.failed = false;
   }
+}
+
+void LoginThrottle::failed(const std::string& client) {
+  std::lock_guard lock(mu_);
+  if (auto it = clients_.find(client); it != clients_.end()) it->second.failed = true;
 }
 
 bool PasswordChecker::remembered(const Key& key, Clock::time_point now) {
   std::lock_guard lock(mu_);
   std::erase_if(good_, [&](const Good& g) { return g.until <= now; });
   bool found = false;
-  for (const Good& g : good_) {  // every entry, every byte: the time says nothing
+  for (Good& g : good_) {  // every entry, every byte: the time says nothing
     unsigned char diff = 0;
     for (std::size_t i = 0; i < key.size(); ++i) diff |= g.key[i] ^ key[i];
+    if (diff == 0) g.until = now + kRemember;  // in use: kept while the scraper scrapes
     found |= diff == 0;
   }
   return found;
@@ -97,8 +111,15 @@ Login PasswordChecker::check(const WebConfig& config, const std::string& client,
 
   // One bcrypt at a time: the listener has two threads, and a second attempt while one runs
   // would take the other (and the scrapes queued on it) too.
-  std::unique_lock single(bcrypt_mu_, std::try_to_lock);
-  if (!single.owns_lock() || !throttle_.take(client, now)) {
+  // A clean client (no failure yet: the scraper after a restart) waits for a running bcrypt;
+  // the clean bucket bounds how many can.
+  bool clean = false;
+  if (!throttle_.take(client, now, &clean)) {
+    throttled_.fetch_add(1);
+    return Login::kThrottled;
+  }
+  std::unique_lock single(bcrypt_mu_, std::defer_lock);
+  if (!(clean ? single.try_lock_for(std::chrono::seconds(1)) : single.try_lock())) {
     throttled_.fetch_add(1);
     return Login::kThrottled;
   }
@@ -106,6 +127,7 @@ Login PasswordChecker::check(const WebConfig& config, const std::string& client,
   const bool ok = bcrypt_matches(hash, password) && it != config.users.end();
   single.unlock();
   if (!ok) {
+    throttle_.failed(client);
     denied_.fetch_add(1);
     return Login::kDenied;
   }

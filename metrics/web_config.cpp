@@ -10,6 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/file_trust.h"
+
 namespace stallwatch::metrics {
 namespace {
 
@@ -202,7 +204,13 @@ Result<std::string> read_small_file(const std::string& path, std::size_t max) {
 }
 
 Result<WebConfig> load_web_config(const std::string& path) {
-  auto text = read_small_file(path, kMaxConfigBytes);
+  // It decides who may read /metrics and with which keys: only root (or the user running
+  // this) may be able to change it, checked on the descriptor that is read.
+  auto fd = open_trusted_file(path, "--web.config.file " + path,
+                              "it decides who may scrape stallwatch");
+  if (!fd) return make_error(fd.error().message);
+  auto text = read_small_file("/proc/self/fd/" + std::to_string(*fd), kMaxConfigBytes);
+  ::close(*fd);
   if (!text) return make_error("--web.config.file: " + text.error().message);
   const std::string dir = std::filesystem::path(path).parent_path().string();
   auto c = parse_web_config(*text, dir.empty() ? "." : dir);

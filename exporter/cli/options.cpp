@@ -1,7 +1,10 @@
 #include "cli/options.h"
 
-#include <algorithm>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -13,6 +16,7 @@
 
 #include "cli/flags.h"
 #include "common/duration.h"
+#include "common/file_trust.h"
 #include "common/size.h"
 
 namespace stallwatch::cli {
@@ -549,23 +553,45 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
   if (const std::string* config = text_flag(flags, "config", &config_source)) {
     o.config = *config;
     const std::string named = config_source == "--config" ? "" : " named by " + config_source;
-    // A regular file of bounded size: a directory, a FIFO or /dev/zero must not hang or
-    // exhaust the daemon.
-    std::error_code ec;
-    const auto status = std::filesystem::status(o.config, ec);
-    if (!ec && status.type() != std::filesystem::file_type::regular) {
-      return make_error("config file " + o.config + named +
-                        " is not a regular file (pass a file of `name = value` lines)");
-    }
-    constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
-    if (!ec && std::filesystem::file_size(o.config, ec) > kMaxConfigBytes && !ec) {
-      return make_error("config file " + o.config + named + " is larger than 1 MiB");
-    }
-    std::ifstream in(o.config);
-    if (!in) {
+    // A regular file of bounded size, which only root (or the user running this) can change:
+    // a directory, a FIFO or /dev/zero must not hang or exhaust the daemon, and a file another
+    // user can write would set root's options (its --nvml-library runs that user's code).
+    const int fd = ::open(o.config.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
       return make_error("cannot read config file " + o.config + named +
                         " (check the path and permissions)");
     }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return make_error("config file " + o.config + named +
+                        " is not a regular file (pass a file of `name = value` lines)");
+    }
+    const std::string source = "config file " + o.config + named;
+    auto trusted = check_file_owner(st, source, ::geteuid(), "it sets what stallwatch does as root");
+    if (trusted) {
+      trusted = check_parent_dirs("/proc/self/fd/" + std::to_string(fd), source, ::geteuid());
+    }
+    if (!trusted) {
+      ::close(fd);
+      return trusted.error();
+    }
+    constexpr std::size_t kMaxConfigBytes = 1 << 20;
+    std::string text;
+    char buf[4096];
+    bool too_large = false;
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      text.append(buf, static_cast<std::size_t>(n));
+      if (text.size() > kMaxConfigBytes) {
+        too_large = true;
+        break;
+      }
+    }
+    ::close(fd);
+    if (too_large) return make_error("config file " + o.config + named + " is larger than 1 MiB");
+    std::istringstream in(text);
     try {
       po::variables_map file;
       po::store(po::parse_config_file(in, desc), file);

@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -352,23 +354,17 @@ std::vector<unsigned> nvidia_minors_of(const Procfs& fs, int pid) {
   while (const dirent* e = ::readdir(d)) {
     if (++seen > kMaxScannedFds) break;
     if (e->d_name[0] == '.') continue;
-    char target[64] = {};
-    const std::string link = dir + "/" + e->d_name;
-    const ssize_t n = ::readlink(link.c_str(), target, sizeof(target) - 1);
-    if (n <= 0) continue;
-    const std::string_view t(target, static_cast<size_t>(n));
-    constexpr std::string_view kDev = "/dev/nvidia";
-    if (t.substr(0, kDev.size()) != kDev || t.size() == kDev.size()) continue;
-    unsigned minor = 0;
-    bool digits = true;
-    for (char c : t.substr(kDev.size())) {
-      if (c < '0' || c > '9' || minor > 1000) {
-        digits = false;
-        break;
-      }
-      minor = minor * 10 + static_cast<unsigned>(c - '0');
+    // The file the descriptor holds, not the name it was opened by: in its own user and mount
+    // namespace anyone can make a plain file called /dev/nvidia1 (issue #49). A GPU is a
+    // character device of NVIDIA's major; its minor is the GPU's (below nvidia-modeset's 254
+    // and nvidiactl's 255).
+    struct stat st {};
+    if (::stat((dir + "/" + e->d_name).c_str(), &st) != 0 || !S_ISCHR(st.st_mode) ||
+        major(st.st_rdev) != kNvidiaMajor || minor(st.st_rdev) >= kNvidiaModesetMinor) {
+      continue;
     }
-    if (digits && std::find(out.begin(), out.end(), minor) == out.end()) out.push_back(minor);
+    const auto m = static_cast<unsigned>(minor(st.st_rdev));
+    if (std::find(out.begin(), out.end(), m) == out.end()) out.push_back(m);
   }
   ::closedir(d);
   std::sort(out.begin(), out.end());

@@ -94,7 +94,11 @@ class GpuMonitor {
 // Opens `path` for reading records from now on; -1 with errno set when it cannot.
 int open_kmsg(const std::string& path);
 
-// The /dev/nvidiaN minors a process holds open (at most kMaxScannedFds descriptors read).
+// NVIDIA's character devices: /dev/nvidiaN is (195, N); nvidia-modeset 254, nvidiactl 255.
+inline constexpr unsigned kNvidiaMajor = 195;
+inline constexpr unsigned kNvidiaModesetMinor = 254;
+// The GPU minors a process holds open: descriptors whose file is a character device of NVIDIA's
+// major (at most kMaxScannedFds descriptors read), whatever its name.
 std::vector<unsigned> nvidia_minors_of(const Procfs& fs, int pid);
 inline constexpr int kMaxScannedFds = 4096;
 

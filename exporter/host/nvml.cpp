@@ -1,10 +1,12 @@
 #include "host/nvml.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 
+#include "common/file_trust.h"
 #include "common/strings.h"
 
 namespace stallwatch::host {
@@ -112,7 +114,27 @@ std::string reason_names(std::uint64_t bits) {
 
 Result<std::unique_ptr<Nvml>> Nvml::open(const std::string& library) {
   const std::string file = library.empty() ? "libnvidia-ml.so.1" : library;
-  void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // A library named by path runs its constructors as root: loaded only when no user but root
+  // could have changed it, and loaded from the descriptor that was checked. By name, the
+  // loader's own search (ld.so.cache, root-owned directories) finds it.
+  void* h = nullptr;
+  if (file.find('/') == std::string::npos) {
+    h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  } else {
+    auto fd = open_trusted_file(library, "--nvml-library " + escape_name(library),
+                                "stallwatch runs its code as root");
+    if (!fd && fd.error().err != 0) {  // could not open it: as a failed dlopen says it
+      return make_error("NVML: cannot load " + escape_name(file) + " (" +
+                        std::strerror(fd.error().err) +
+                        "): no GPU clocks, throttle reasons or gpu_throttle chains");
+    }
+    if (!fd) {
+      return make_error("NVML: " + fd.error().message +
+                        "; no GPU clocks, throttle reasons or gpu_throttle chains");
+    }
+    h = dlopen(("/proc/self/fd/" + std::to_string(*fd)).c_str(), RTLD_NOW | RTLD_LOCAL);
+    ::close(*fd);
+  }
   if (!h) {
     const char* why = dlerror();
     return make_error(

@@ -201,13 +201,54 @@ std::size_t sequence_start(std::string_view s, std::size_t at) {
 }  // namespace
 
 std::string cgroup_label(std::string_view path) {
-  std::string label = escape_name(path);
+  std::string label;
+  label.reserve(path.size());
+  for (std::size_t i = 0; i < path.size();) {
+    const auto c = static_cast<unsigned char>(path[i]);
+    if (c == '\\') {
+      label += "\\\\";
+      ++i;
+    } else if (c < 0x80) {
+      label += path[i++];
+    } else if (const std::size_t n = utf8_sequence(path.substr(i)); n > 0) {
+      label.append(path.substr(i, n));
+      i += n;
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      label += hex;
+      ++i;
+    }
+  }
   if (label.size() <= kMaxCgroupLabel) return label;
   const std::size_t head = sequence_start(label, kCgroupLabelKeep);
   const std::size_t tail = sequence_start(label, label.size() - kCgroupLabelKeep);
   char tag[17];
   std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(fnv1a(path)));
   return label.substr(0, head) + "\u2026" + tag + "\u2026" + label.substr(tail);
+}
+
+std::string cgroup_path_of_label(std::string_view label) {
+  std::string path;
+  path.reserve(label.size());
+  const auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < label.size(); ++i) {
+    if (label[i] == '\\' && i + 1 < label.size() && label[i + 1] == '\\') {
+      path += '\\';
+      ++i;
+    } else if (label[i] == '\\' && i + 3 < label.size() && label[i + 1] == 'x' &&
+               hex(label[i + 2]) >= 0 && hex(label[i + 3]) >= 0) {
+      path += static_cast<char>(hex(label[i + 2]) * 16 + hex(label[i + 3]));
+      i += 3;
+    } else {
+      path += label[i];
+    }
+  }
+  return path;
 }
 
 std::string workload_key(const Identity& id) {

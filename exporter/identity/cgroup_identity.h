@@ -54,13 +54,18 @@ Identity parse_cgroup_path(std::string_view path);
 // two differ.
 Identity parse_cgroup_path(std::string_view path, std::string_view trusted);
 
-// The `cgroup` label of a cgroup path: escape_name's form (a backslash doubled, each byte of an
-// invalid UTF-8 sequence \xNN, controls and hostile code points escaped), so that two names
-// that differ in any byte stay two labels and every label is valid UTF-8; past kMaxCgroupLabel
-// bytes, the first and last kCgroupLabelKeep bytes around "…<16 hex of a hash of the path>…".
+// The `cgroup` label of a cgroup path: the path with a backslash doubled and each byte of an
+// invalid UTF-8 sequence written \xNN (lowercase hex), everything else as is (issue #49: a lossy
+// repair made two cgroups one label set, and Prometheus keeps one of them). Two names that
+// differ in any byte stay two labels; every label is valid UTF-8 (what Prometheus and protobuf
+// need; controls are escaped where a label is shown, not here). Past kMaxCgroupLabel bytes,
+// the first and last kCgroupLabelKeep bytes around "…<16 hex of a hash of the path>…".
 inline constexpr std::size_t kMaxCgroupLabel = 1024;
 inline constexpr std::size_t kCgroupLabelKeep = 480;
 std::string cgroup_label(std::string_view path);
+// The path a label was made from (the escapes undone), for commands that name the cgroup's
+// files; a shortened label gives a path that names nothing.
+std::string cgroup_path_of_label(std::string_view label);
 
 // A short key for a workload, stable across its container's restarts where the Kubernetes names
 // are known (issue #37: the `workload` label of every per-workload series):

@@ -22,18 +22,6 @@ constexpr std::chrono::milliseconds kRetryDelay{10};
 // How often housekeeping looks for exited processes and unused libraries (a stat per process).
 constexpr std::chrono::milliseconds kSweepInterval{100};
 
-// A library file, opened so that a FIFO or a device cannot block (O_NONBLOCK); is_regular()
-// must hold before it is read.
-struct FileHandle {
-  int fd;
-  explicit FileHandle(const std::string& path)
-      : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) {}
-  ~FileHandle() {
-    if (fd >= 0) ::close(fd);
-  }
-  std::string proc_path() const { return "/proc/self/fd/" + std::to_string(fd); }
-};
-
 // Failures that may pass: retried at the next scan instead of remembered for the file.
 bool transient(int err) {
   switch (err) {
@@ -197,7 +185,8 @@ bool Discovery::scan_process(int pid) {
     auto it = libraries_.find(key);
     if (it == libraries_.end()) {
       if (failed_before(key, &st)) continue;
-      if (libraries_.size() >= options_.max_libraries) {
+      // A file attached on disk that no process maps gives way to one a process maps.
+      if (libraries_.size() >= options_.max_libraries && !free_on_disk_slot()) {
         if (refused_.insert(key).second) {
           refused_libraries_++;
           SW_LOG(kWarn) << "not tracing " << escape_name(lib.path) << " (pid " << pid << "): "
@@ -281,14 +270,44 @@ void Discovery::forget_process(int pid) {
   if (on_gone_) on_gone_(pid);
 }
 
+bool Discovery::free_on_disk_slot() {
+  for (auto it = libraries_.begin(); it != libraries_.end(); ++it) {
+    Library& lib = it->second;
+    if (!lib.on_disk || !lib.pids.empty()) continue;
+    SW_LOG(kInfo) << "detaching from " << escape_name(lib.path)
+                  << " (attached on disk, mapped by no process): a mapped library needs its "
+                     "slot (--max-libraries "
+                  << options_.max_libraries << ")";
+    lib.launch_links.clear();
+    reaper_.dispose(std::move(lib.probes));
+    libraries_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 void Discovery::attach_on_disk() {
   std::set<FileKey> seen;
   std::vector<std::string> dirs = options_.attach_on_disk ? library_dirs(options_.library_dirs)
                                                          : options_.library_dirs;
-  for (const LibraryFile& f : cuda_library_files(dirs)) {
-    FileHandle file(f.path);
+  // At most half the slots go to files no process maps yet; mapped ones may take those too.
+  const size_t on_disk_room = std::max<size_t>(1, options_.max_libraries / 2);
+  size_t on_disk = 0;
+  for (const auto& [key, lib] : libraries_) on_disk += lib.on_disk && lib.pids.empty();
+  for (LibraryFile& f : cuda_library_files(dirs)) {
+    if (!f.trusted_dir) {
+      // A user could put any file there (its own copy of a runtime, a thousand of them): its
+      // files are traced when a process maps them, never attached ahead (issue #49).
+      const std::string dir = f.path.substr(0, f.path.rfind('/'));
+      if (untrusted_dirs_.size() < kMaxFailedFiles && untrusted_dirs_.insert(dir).second) {
+        SW_LOG(kInfo) << "not attaching the CUDA libraries of " << escape_name(dir)
+                      << " before use: users other than root can write it or a parent; they are "
+                         "traced when a process maps them";
+      }
+      continue;
+    }
     struct stat st {};
-    if (file.fd < 0 || ::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::fstat(f.file.get(), &st) != 0) continue;
     const FileKey key{st.st_dev, st.st_ino};
     seen.insert(key);
     if (auto it = libraries_.find(key); it != libraries_.end()) {
@@ -296,18 +315,20 @@ void Discovery::attach_on_disk() {
       continue;
     }
     if (failed_before(key, &st) || refused_.count(key)) continue;
-    if (libraries_.size() >= options_.max_libraries) {
+    if (libraries_.size() >= options_.max_libraries || on_disk >= on_disk_room) {
       refused_.insert(key);
       refused_libraries_++;
       SW_LOG(kWarn) << "not attaching " << escape_name(f.path) << " before use: "
-                    << options_.max_libraries
-                    << " library files are traced already (--max-libraries); it is attached "
-                       "when a process maps it and one of them is unused";
+                    << (on_disk >= on_disk_room ? on_disk_room : options_.max_libraries)
+                    << " library files are traced already"
+                    << (on_disk >= on_disk_room ? " before use (half of --max-libraries)"
+                                                : " (--max-libraries)")
+                    << "; it is attached when a process maps it";
       continue;
     }
     const auto started = std::chrono::steady_clock::now();
-    auto probes = LibraryProbes::attach(programs_, file.proc_path(), f.api, options_.launch_layer,
-                                          options_.sites);
+    auto probes = LibraryProbes::attach(programs_, f.file.proc_path(), f.api,
+                                        options_.launch_layer, options_.sites);
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - started);
     if (!probes) {
@@ -323,6 +344,7 @@ void Discovery::attach_on_disk() {
     Library lib{f.path, std::move(*probes), {}};
     lib.on_disk = true;
     libraries_.emplace(key, std::move(lib));
+    ++on_disk;
   }
   // A file replaced or removed since (a package upgrade): its probes go once unused.
   for (auto& [key, lib] : libraries_) {

@@ -182,6 +182,8 @@ class Discovery {
   bool scan_process(int pid);
   // Attaches the library files of the library directories not traced yet (full scans only).
   void attach_on_disk();
+  // Detaches one library attached on disk that no process maps; false when there is none.
+  bool free_on_disk_slot();
   void forget_process(int pid);
   void publish_counts();
   // The budget's duty on every file: per-process launch links where a process is cycled, each
@@ -213,6 +215,7 @@ class Discovery {
 
   std::map<FileKey, Failed> failed_;  // attach failed; not retried for the same file
   std::set<FileKey> refused_;              // over max_libraries (logged and counted once)
+  std::set<std::string> untrusted_dirs_;   // library directories users can write (logged once)
   std::set<FileKey> retrying_;             // transient failure logged, retried until traced
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;

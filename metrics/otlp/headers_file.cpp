@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/file_trust.h"
 #include "common/strings.h"
 
 namespace stallwatch::otlp {
@@ -102,6 +103,8 @@ Result<Headers> read_headers_file(const std::string& path, const std::string& fl
   } else if (ok = check_headers_file_owner(st, source, ::geteuid());
              ok && st.st_size > static_cast<off_t>(kMaxHeadersFile)) {
     ok = make_error(source + " is larger than 64 KiB; it should hold a few name=value lines");
+  } else if (ok) {
+    ok = check_parent_dirs("/proc/self/fd/" + std::to_string(fd), source, ::geteuid());
   }
   if (ok) {
     char buf[4096];

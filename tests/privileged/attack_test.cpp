@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +24,7 @@
 
 #include "common/privileges.h"
 #include "common/strings.h"
+#include "identity/cgroup_identity.h"
 #include "support/harness.h"
 #include "support/process.h"
 
@@ -83,10 +85,10 @@ TEST(Attack, HostileCgroupNameKeepsTheScrapeValid) {
   EXPECT_NE(text.find(label), std::string::npos) << "no series with " << label;
   const auto samples = parse_exposition(text);
   EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
-                        {{"cgroup", escape_name(cg.label())}, {"call", "cudaMemset"}}),
+                        {{"cgroup", identity::cgroup_label(cg.label())}, {"call", "cudaMemset"}}),
             4);
   EXPECT_EQ(find_sample(samples, "stallwatch_cuda_call_duration_seconds_count",
-                        {{"cgroup", escape_name(twin.label())}, {"call", "cudaMemset"}}),
+                        {{"cgroup", identity::cgroup_label(twin.label())}, {"call", "cudaMemset"}}),
             2)
       << "the look-alike merged into the first cgroup's series:\n" << [&] {
            std::string seen;
@@ -263,6 +265,55 @@ TEST(Attack, MultiUprobeLinksNeedTwoDescriptorsPerFile) {
   back.rlim_cur = soft;
   ASSERT_EQ(::prlimit(daemon.pid(), RLIMIT_NOFILE, &back, nullptr), 0);
   std::filesystem::remove_all(dir);
+}
+
+// Issue #49 (a): copies of a CUDA runtime in a directory a user writes (as pip puts them under
+// ~/.local/lib/python3*/site-packages/nvidia/*/lib) are not attached before use, and files
+// attached before use hold at most half the slots and give theirs up to a mapped library: two
+// jobs, each with its own copy, are counted exactly under --max-libraries 2.
+TEST(Attack, OnDiskLibrariesNeverStarveMappedOnes) {
+  const std::string tag = std::to_string(getpid());
+  const std::string user_dir = "/tmp/sw-user-libs-" + tag, root_dir = "/tmp/sw-root-libs-" + tag;
+  for (const std::string& dir : {user_dir, root_dir}) {
+    std::filesystem::create_directories(dir);
+    ::chmod(dir.c_str(), 0755);
+    for (const char* name : {"libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"}) {
+      std::filesystem::copy_file(kCudart, dir + "/" + name,
+                                 std::filesystem::copy_options::overwrite_existing);
+    }
+  }
+  ASSERT_EQ(::chown(user_dir.c_str(), 65534, 65534), 0);  // nobody's
+  Daemon daemon({"--library-dirs", user_dir + "," + root_dir, "--attach-on-disk", "false",
+                 "--max-libraries", "2", "--rescan-interval", "1s", "--detach-linger", "1h"});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  const std::string started = capture("cat " + daemon.log_path());
+  EXPECT_NE(started.find("not attaching the CUDA libraries of " + user_dir + " before use"),
+            std::string::npos)
+      << started;
+  EXPECT_EQ(started.find("tracing " + user_dir), std::string::npos) << started;
+  int on_disk = 0;
+  for (std::size_t at = 0; (at = started.find("on disk, before any process maps it", at)) !=
+                           std::string::npos;
+       ++at) {
+    ++on_disk;
+  }
+  EXPECT_EQ(on_disk, 1) << "half of --max-libraries 2 before use: " << started;
+
+  TestCgroup a("sw-slots-a-" + tag), b("sw-slots-b-" + tag);
+  ASSERT_EQ(wait_exit(spawn(four_memsets(private_copy("/tmp/sw-slots-a-" + tag), a, 300))), 0);
+  ASSERT_EQ(wait_exit(spawn(four_memsets(private_copy("/tmp/sw-slots-b-" + tag), b, 300))), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  EXPECT_EQ(memsets_counted(daemon, a), 4) << capture("tail -20 " + daemon.log_path());
+  EXPECT_EQ(memsets_counted(daemon, b), 4) << capture("tail -20 " + daemon.log_path());
+  const std::string log = capture("cat " + daemon.log_path());
+  EXPECT_NE(log.find("(attached on disk, mapped by no process): a mapped library needs its slot"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(daemon.stop(), 0);
+  for (const std::string& dir : {user_dir, root_dir, "/tmp/sw-slots-a-" + tag,
+                                 "/tmp/sw-slots-b-" + tag}) {
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(Attack, IdleSocketsDoNotTakeTheEndpointDown) {

@@ -5,10 +5,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -140,6 +142,21 @@ TEST_F(StandIn, ReadsEveryGpuAndSaysWhyNot) {
   auto missing = Nvml::open("/nonexistent/libnvidia-ml.so.1");
   ASSERT_FALSE(missing);
   EXPECT_NE(missing.error().message.find("/nonexistent/libnvidia-ml.so.1"), std::string::npos);
+  // Issue #49: a library others can write runs their code as root: refused before dlopen.
+  {
+    char dir[] = "/tmp/sw-nvml-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    const std::string copy = std::string(dir) + "/libnvidia-ml.so.1";
+    std::filesystem::copy_file(MOCK_NVML_PATH, copy);
+    ::chmod(copy.c_str(), 0666);
+    auto writable = Nvml::open(copy);
+    ASSERT_FALSE(writable);
+    EXPECT_EQ(writable.error().message,
+              "NVML: --nvml-library " + copy +
+                  " is writable by group or others (mode 0666); stallwatch runs its code as "
+                  "root: chmod go-w it; no GPU clocks, throttle reasons or gpu_throttle chains");
+    std::filesystem::remove_all(dir);
+  }
   // Not NVML: a library without nvmlInit_v2.
   auto wrong = Nvml::open("libz.so.1");
   ASSERT_FALSE(wrong);
@@ -296,17 +313,28 @@ TEST(Gpu, NoNvmlIsOneLineAndNoReadings) {
       << s.nvml_status;
 }
 
+// A GPU is a character device of NVIDIA's major, whatever its name; a plain file named
+// /dev/nvidia1 (anyone can make one in a user namespace of their own) is none (issue #49).
 TEST(Gpu, OpenNvidiaDevicesOfAProcess) {
-  // This process opens /dev/null only; a fake procfs holds fd links to /dev/nvidia*.
+  if (::geteuid() != 0) GTEST_SKIP() << "making character devices (mknod) needs root";
+  // A fake procfs whose fd links point at devices made here (this host has no GPU).
   const std::string root = ::testing::TempDir() + "/procfs-" + std::to_string(getpid());
-  const std::string fd = root + "/4242/fd";
-  ASSERT_EQ(std::system(("mkdir -p '" + fd + "'").c_str()), 0);
-  ::symlink("/dev/nvidia3", (fd + "/5").c_str());
-  ::symlink("/dev/nvidiactl", (fd + "/6").c_str());
-  ::symlink("/dev/nvidia-uvm", (fd + "/7").c_str());
-  ::symlink("/dev/nvidia0", (fd + "/8").c_str());
-  ::symlink("/dev/nvidia3", (fd + "/9").c_str());
+  const std::string fd = root + "/4242/fd", dev = root + "/dev";
+  ASSERT_EQ(std::system(("mkdir -p '" + fd + "' '" + dev + "'").c_str()), 0);
+  const auto node = [&](const std::string& name, unsigned maj, unsigned min) {
+    const std::string path = dev + "/" + name;
+    EXPECT_EQ(::mknod(path.c_str(), S_IFCHR | 0600, makedev(maj, min)), 0) << path;
+    return path;
+  };
+  ::symlink(node("nvidia3", kNvidiaMajor, 3).c_str(), (fd + "/5").c_str());
+  ::symlink(node("nvidiactl", kNvidiaMajor, 255).c_str(), (fd + "/6").c_str());
+  ::symlink(node("nvidia-modeset", kNvidiaMajor, 254).c_str(), (fd + "/7").c_str());
+  ::symlink(node("gpu-zero", kNvidiaMajor, 0).c_str(), (fd + "/8").c_str());  // any name
+  ::symlink((dev + "/nvidia3").c_str(), (fd + "/9").c_str());
   ::symlink("/dev/null", (fd + "/10").c_str());
+  std::ofstream(dev + "/nvidia1") << "a plain file";
+  ::symlink((dev + "/nvidia1").c_str(), (fd + "/11").c_str());
+  ::symlink(node("nvidia2", 10, 2).c_str(), (fd + "/12").c_str());  // another driver's major
   Procfs fs(root, "/sys");
   EXPECT_EQ(nvidia_minors_of(fs, 4242), (std::vector<unsigned>{0, 3}));
   EXPECT_TRUE(nvidia_minors_of(fs, 4243).empty());

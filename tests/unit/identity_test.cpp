@@ -457,6 +457,10 @@ TEST(CgroupLabel, EscapesLosslesslyAndBoundsTheLength) {
   EXPECT_NE(cgroup_label("/a\xff"), cgroup_label("/a\xEF\xBF\xBD"));
   EXPECT_NE(cgroup_label("/a\xff"), cgroup_label("/a\\xff"));  // a literal backslash-x-f-f
   EXPECT_EQ(cgroup_label("/caf\xC3\xA9"), "/caf\xC3\xA9");
+  EXPECT_EQ(cgroup_label("/a;\x1b[31m\"q"), "/a;\x1b[31m\"q") << "valid UTF-8 stays as is";
+  for (const std::string path : {"/a\xff\\b", "/a\\xff", "/x\xC3", "/\\\\", "/caf\xC3\xA9"}) {
+    EXPECT_EQ(cgroup_path_of_label(cgroup_label(path)), path) << "lossless";
+  }
   std::string deep;
   for (int i = 0; i < 250; ++i) deep += "/" + std::string(254, 'a') + "\xC3\xA9";
   const std::string label = cgroup_label(deep);

@@ -4,6 +4,7 @@
 #include "cli/options.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -360,6 +361,28 @@ TEST_F(ConfigFile, NotARegularFileIsRefused) {
     EXPECT_EQ(message, std::string("config file ") + path +
                            " is not a regular file (pass a file of `name = value` lines)");
   }
+}
+
+// Issue #49: a config file another user can change sets root's options (its --nvml-library
+// ran that user's code as uid 0): refused with the fix, for the file and for its directory.
+TEST_F(ConfigFile, OneOthersCanWriteIsRefused) {
+  const std::string path = write("window = 2s\n");
+  ASSERT_TRUE(parse({"--config", path})) << "0644 in a 0700 directory";
+  ::chmod(path.c_str(), 0666);
+  EXPECT_EQ(error_of({"--config", path}),
+            "config file " + path +
+                " is writable by group or others (mode 0666); it sets what stallwatch does as "
+                "root: chmod go-w it");
+  ::chmod(path.c_str(), 0644);
+  ::chmod(dir_.c_str(), 0777);
+  const std::string message = error_of({"--config", path});
+  EXPECT_TRUE(message.starts_with("config file " + path + " lies in " + dir_.string() +
+                                  ", which users other than root can change"))
+      << message;
+  EXPECT_TRUE(contains(message, "move it to a directory only root can write")) << message;
+  ::chmod(dir_.c_str(), 01777);  // sticky: others cannot rename the file out of it
+  EXPECT_TRUE(parse({"--config", path}));
+  ::chmod(dir_.c_str(), 0700);
 }
 
 TEST_F(ConfigFile, UnknownOptionInFile) {

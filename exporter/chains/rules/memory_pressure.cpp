@@ -8,6 +8,7 @@
 #include "chains/format.h"
 #include "chains/rule.h"
 #include "chains/rule_helpers.h"
+#include "identity/cgroup_identity.h"
 
 namespace stallwatch::chains {
 namespace {
@@ -59,7 +60,9 @@ Advice advise(const Chain& c) {
                 "what the kernel killed, at which usage and limit");
   }
   if (memcg || oom) {
-    const std::string unit = last_component(cg);
+    // The cgroup's own name, not its label (escaped where a byte is not UTF-8 or a backslash).
+    const std::string path = identity::cgroup_path_of_label(cg);
+    const std::string unit = last_component(path);
     if (in_kubepods(cg)) {
       out.code("resources: {requests: {memory: \"<more>\"}, limits: {memory: \"<more>\"}}",
                "the container reclaims (or is killed) at its memory limit: raise it");
@@ -71,8 +74,8 @@ Advice advise(const Chain& c) {
                   "the unit reclaims (or is killed) at its memory limit: raise it");
     } else {
       out.command(Command("cat")
-                      .arg("/sys/fs/cgroup" + cg + "/memory.max")
-                      .arg("/sys/fs/cgroup" + cg + "/memory.stat"),
+                      .arg("/sys/fs/cgroup" + path + "/memory.max")
+                      .arg("/sys/fs/cgroup" + path + "/memory.stat"),
                   "the cgroup reclaims at its limit: raise memory.max or shrink the job");
     }
   }
