@@ -106,7 +106,42 @@ ConnectionGuard::Conn* ConnectionGuard::opened(int fd, const sockaddr* address,
   // Two workers accept at once, so an address may pass admits() twice at its last slot: its
   // share can be exceeded by one per worker, never more.
   if (!c->client.empty()) ++held_[c->client];
+  if (limits_.max_open != 0 && counters_.open - cut_open_ > limits_.max_open) evict_for(c);
   return c;
+}
+
+void ConnectionGuard::evict_for(const Conn* newcomer) {
+  const auto count = [&](const std::string& key) -> unsigned {
+    const auto it = held_.find(key);
+    return key.empty() || it == held_.end() ? 1u : it->second;
+  };
+  const unsigned mine = count(newcomer->client);
+  Conn* victim = nullptr;
+  unsigned victim_count = 0;
+  for (Conn* c : conns_) {
+    if (c == newcomer || c->cut || c->fd < 0) continue;
+    const unsigned n = count(c->client);
+    const bool idle = !c->requesting;
+    if (n < mine || (n == mine && !idle)) continue;
+    // More connections first; then idle before in flight; then the longest waiting.
+    if (victim != nullptr) {
+      const bool victim_idle = !victim->requesting;
+      if (n != victim_count) {
+        if (n < victim_count) continue;
+      } else if (idle != victim_idle) {
+        if (!idle) continue;
+      } else {
+        const auto since = idle ? c->waiting_since : c->request_since;
+        const auto victim_since = victim_idle ? victim->waiting_since : victim->request_since;
+        if (since >= victim_since) continue;
+      }
+    }
+    victim = c;
+    victim_count = n;
+  }
+  if (victim == nullptr) return;
+  cut(victim, true);
+  ++counters_.evicted;
 }
 
 void ConnectionGuard::request_started(Conn* c, Clock::time_point now) {
@@ -129,6 +164,7 @@ void ConnectionGuard::closing(Conn* c, Clock::time_point now) {
   std::lock_guard lock(mu_);
   conns_.erase(c);
   --counters_.open;
+  if (c->cut) --cut_open_;
   // A response still on its way when libmicrohttpd lets go of the socket: hold a dup of it
   // (so the kernel does not keep an orphan going at the reader's pace) until it is delivered
   // or its request deadline passes. Most are a well-behaved client's delayed ACK, gone at the
@@ -153,6 +189,8 @@ void ConnectionGuard::release(const std::string& key) {
 }
 
 void ConnectionGuard::cut(Conn* c, bool reset) {
+  if (c->cut) return;
+  ++cut_open_;
   if (reset) reset_on_close(c->fd);
   ::shutdown(c->fd, SHUT_RDWR);  // libmicrohttpd sees the end and closes it on its own thread
   c->cut = true;
@@ -218,7 +256,7 @@ const std::string& ConnectionGuard::client(const Conn* c) const { return c->clie
 
 unsigned ConnectionGuard::open() const {
   std::lock_guard lock(mu_);
-  return counters_.open;
+  return counters_.open - cut_open_;
 }
 
 GuardCounters ConnectionGuard::counters() const {

@@ -40,12 +40,19 @@ struct GuardLimits {
   std::chrono::milliseconds idle_timeout{30000};
   std::chrono::milliseconds request_timeout{15000};
   unsigned max_draining = 64;  // closed connections kept to deliver their last response
+  // The connection cap (--web.max-connections; 0: none here). A connection that takes the
+  // open count past it evicts one: of the address holding the most, its longest idle
+  // (waiting for a request head or between requests) before any with a request in flight,
+  // while that address holds more than the newcomer's (or as many, if the victim is idle).
+  // So a scraper's one connection gets in while other addresses hold the cap (issue #49).
+  unsigned max_open = 0;
 };
 
 struct GuardCounters {
   std::uint64_t refused_per_address = 0;  // connections refused at accept (per-address limit)
   std::uint64_t cut_idle = 0;             // closed at the header or idle deadline
   std::uint64_t cut_request = 0;          // reset at the request deadline (slow readers)
+  std::uint64_t evicted = 0;              // cut to make room under the cap for a newcomer
   unsigned open = 0;                      // connections libmicrohttpd holds now
   unsigned draining = 0;                  // closed by it, response still being delivered
 };
@@ -73,6 +80,7 @@ class ConnectionGuard {
                    std::chrono::seconds report_every = std::chrono::seconds(60));
 
   const std::string& client(const Conn* c) const;
+  // Connections held now, less those cut and not yet closed by libmicrohttpd.
   unsigned open() const;
   GuardCounters counters() const;
 
@@ -83,6 +91,8 @@ class ConnectionGuard {
   };
   void cut(Conn* c, bool reset);
   void release(const std::string& key);
+  // Past max_open: cuts the connection the cap's rule picks for `newcomer`, if any.
+  void evict_for(const Conn* newcomer);
 
   GuardLimits limits_;
   mutable std::mutex mu_;
@@ -90,6 +100,7 @@ class ConnectionGuard {
   std::unordered_map<std::string, unsigned> held_;  // open connections per client key
   std::vector<Draining> draining_;
   GuardCounters counters_;
+  unsigned cut_open_ = 0;  // cut, not yet closed
   GuardCounters reported_;
   Clock::time_point last_report_{};
   std::string last_refused_;  // the client key of the last refusal, for the log line

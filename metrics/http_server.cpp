@@ -163,6 +163,7 @@ struct HttpServer::Impl {
     l.idle_timeout = o.idle_timeout;
     l.request_timeout = o.request_timeout;
     l.max_draining = o.max_connections;
+    l.max_open = o.max_connections;
     return l;
   }
 
@@ -496,7 +497,7 @@ HttpCounters HttpServer::counters() const {
   const GuardCounters g = impl_->guard.counters();
   const PasswordChecker::Counts a = impl_->passwords.counts();
   return {g.refused_per_address, impl_->over_cap.load(), g.cut_idle, g.cut_request,
-          a.bcrypts, a.denied, a.throttled};
+          g.evicted, a.bcrypts, a.denied, a.throttled};
 }
 
 }  // namespace stallwatch::metrics

@@ -47,6 +47,7 @@ struct HttpCounters {
   std::uint64_t over_cap = 0;             // requests answered 503 (--web.max-connections)
   std::uint64_t cut_idle = 0;             // closed at the header or idle deadline
   std::uint64_t cut_request = 0;          // reset at the request deadline
+  std::uint64_t evicted = 0;              // cut to let a newcomer in under the cap
   std::uint64_t auth_bcrypts = 0;         // login attempts that ran bcrypt
   std::uint64_t auth_denied = 0;          // answered 401 after bcrypt
   std::uint64_t auth_throttled = 0;       // answered 429 without bcrypt

@@ -550,13 +550,14 @@ void add_http_families(const HttpStats& st, std::vector<Family>& out) {
   if (!st.enabled) return;
   auto f = family("stallwatch_http_rejected_total",
                   "Connections and requests the /metrics listener turned away or cut, by reason "
-                  "(per_address, over_cap, header_deadline, request_deadline, login_throttled, "
-                  "login_denied).",
+                  "(per_address, over_cap, header_deadline, request_deadline, evicted, "
+                  "login_throttled, login_denied).",
                   MetricKind::kCounter, "{request}");
   for (const auto& [reason, v] :
        {std::pair{"per_address", st.refused_per_address}, {"over_cap", st.over_cap},
         {"header_deadline", st.header_deadline}, {"request_deadline", st.request_deadline},
-        {"login_throttled", st.login_throttled}, {"login_denied", st.login_denied}}) {
+        {"evicted", st.evicted}, {"login_throttled", st.login_throttled},
+        {"login_denied", st.login_denied}}) {
     f.points.push_back(point(nullptr, {{"reason", reason}}, count(v)));
   }
   out.push_back(std::move(f));

@@ -298,6 +298,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     s.over_cap = c.over_cap;
     s.header_deadline = c.cut_idle;
     s.request_deadline = c.cut_request;
+    s.evicted = c.evicted;
     s.login_throttled = c.auth_throttled;
     s.login_denied = c.auth_denied;
     return s;

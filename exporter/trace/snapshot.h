@@ -299,6 +299,7 @@ struct HttpStats {
   std::uint64_t over_cap = 0;             // requests answered 503: --web.max-connections
   std::uint64_t header_deadline = 0;      // closed at the header or keep-alive deadline
   std::uint64_t request_deadline = 0;     // reset: the response not taken within the deadline
+  std::uint64_t evicted = 0;              // cut to let another address in under the cap
   std::uint64_t login_throttled = 0;      // answered 429 without bcrypt
   std::uint64_t login_denied = 0;         // answered 401 after bcrypt
 };
