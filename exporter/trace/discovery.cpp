@@ -369,8 +369,36 @@ size_t Discovery::scan_all() {
   return processes_.size();
 }
 
+bool Discovery::take_scan(int tgid, std::chrono::steady_clock::time_point now,
+                          std::chrono::steady_clock::time_point* next) {
+  auto [it, fresh] = scan_budget_.try_emplace(tgid, ScanBudget{kScanBurst, now});
+  ScanBudget& b = it->second;
+  if (!fresh && now > b.at) {
+    b.tokens = std::min(kScanBurst, b.tokens + std::chrono::duration<double>(now - b.at) /
+                                                   std::chrono::duration<double>(kScanRefill));
+  }
+  b.at = now;
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return true;
+  }
+  *next = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    (1 - b.tokens) * std::chrono::duration<double>(kScanRefill));
+  return false;
+}
+
 void Discovery::handle_event(int tgid) {
   SW_LOG(kDebug) << "library mapping by pid " << tgid;
+  // A process mapping libraries in a loop (dlopen/dlclose) sends an event per mapping: past a
+  // burst its events fold into one scan per kScanRefill (issue #49: ~68 % of a CPU before).
+  std::chrono::steady_clock::time_point next{};
+  if (!take_scan(tgid, std::chrono::steady_clock::now(), &next)) {
+    ++scans_deferred_;
+    auto& p = pending_[tgid];
+    if (p.next == std::chrono::steady_clock::time_point{} || p.next < next) p.next = next;
+    p.attempts = kMaxEventRetries;  // one scan then; a process still loading sends more events
+    return;
+  }
   if (scan_process(tgid)) {
     pending_.erase(tgid);
   } else {
@@ -554,6 +582,11 @@ void Discovery::housekeep(std::chrono::steady_clock::time_point now) {
     if (!fs_.pid_exists(pid)) gone.push_back(pid);
   }
   for (int pid : gone) forget_process(pid);
+  // Scan budgets of processes that have been quiet long enough to have a full one again.
+  for (auto it = scan_budget_.begin(); it != scan_budget_.end();) {
+    const bool full = now - it->second.at >= kScanRefill * static_cast<int>(kScanBurst);
+    it = full ? scan_budget_.erase(it) : std::next(it);
+  }
   for (auto it = libraries_.begin(); it != libraries_.end();) {
     Library& lib = it->second;
     if (!lib.pids.empty()) {

@@ -219,6 +219,19 @@ class Discovery {
   std::set<FileKey> retrying_;             // transient failure logged, retried until traced
   std::map<int, std::set<FileKey>> processes_;
   std::map<int, Pending> pending_;
+  // Scans one process may cost: kScanBurst at once, then one per kScanRefill (its events in
+  // between fold into the next scan). Budgets of quiet processes are dropped at the sweep.
+  static constexpr double kScanBurst = 8;
+  static constexpr std::chrono::milliseconds kScanRefill{250};
+  struct ScanBudget {
+    double tokens;
+    std::chrono::steady_clock::time_point at;
+  };
+  // Takes a scan for `tgid`; false and *next (when the next one is due) when none is left.
+  bool take_scan(int tgid, std::chrono::steady_clock::time_point now,
+                 std::chrono::steady_clock::time_point* next);
+  std::map<int, ScanBudget> scan_budget_;
+  std::uint64_t scans_deferred_ = 0;  // mapping events folded into a later scan
   std::chrono::steady_clock::time_point last_full_scan_{};
   std::chrono::steady_clock::time_point last_sweep_{};
   std::function<void(int)> on_found_, on_gone_;

@@ -48,6 +48,7 @@ static const char kUsage[] =
     "                       rank+-1; also ncclGroupStart/End, ncclCommUserRank/Count,\n"
     "                       ncclGetVersion\n"
     "  --iterations N       times each thread runs SPEC (default 1)\n"
+    "  --dlopen-loop-ms MS  only load and unload --cudart in a loop for MS ms, then exit\n"
     "  --threads T          calling threads (default 1)\n"
     "  --start-delay-ms D   sleep after loading, before the first call (default 0)\n"
     "  --ready-fd FD        then write one byte 'r' to FD\n"
@@ -631,7 +632,7 @@ int main(int argc, char** argv) {
   unsigned long iterations = 1, threads = 1, start_delay_ms = 0, spacing_us = 0;
   unsigned long touch_kb = 0, leak_kb = 0, leak_comms = 0, escape_first_sync = 0;
   long ready_fd = -1, go_fd = -1, wait_fd = -1, rank = -1, nranks = -1, exit_fd = -1;
-  unsigned long workers = 0;
+  unsigned long workers = 0, dlopen_loop_ms = 0;
   const char* warmup_arg = NULL;
 
   static const struct option kOptions[] = {
@@ -656,6 +657,7 @@ int main(int argc, char** argv) {
       {"warmup-calls", required_argument, NULL, 'w'},
       {"exit-fd", required_argument, NULL, 'X'},
       {"workers", required_argument, NULL, 'K'},
+      {"dlopen-loop-ms", required_argument, NULL, 'O'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -725,6 +727,9 @@ int main(int argc, char** argv) {
       case 'K':
         workers = parse_number(optarg, 64, "--workers");
         break;
+      case 'O':
+        dlopen_loop_ms = parse_number(optarg, 600000UL, "--dlopen-loop-ms");
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -740,6 +745,22 @@ int main(int argc, char** argv) {
   if (rank >= 0 && nccl_path == NULL) usage_error("--rank needs --nccl PATH");
   if (nranks >= 0 && rank >= nranks) usage_error("--rank must be below --nranks");
   if (leak_comms > 0 && rank < 0) usage_error("--leak-comms needs --rank and --nranks");
+  if (dlopen_loop_ms > 0) {
+    // Loads and unloads the runtime as fast as it can (each load maps it anew), then exits:
+    // what discovery is asked to look at by a process in a dlopen/dlclose loop.
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long loads = 0;
+    do {
+      void* h = load(cudart_path, "--cudart");
+      dlclose(h);
+      ++loads;
+      clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 <
+             (long)dlopen_loop_ms);
+    printf("loads=%lu pid=%d\n", loads, (int)getpid());
+    return 0;
+  }
 
   void* cudart = load(cudart_path, "--cudart");
   void* cuda = cuda_path != NULL ? load(cuda_path, "--cuda") : NULL;

@@ -18,6 +18,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -314,6 +316,61 @@ TEST(Attack, OnDiskLibrariesNeverStarveMappedOnes) {
                                  "/tmp/sw-slots-b-" + tag}) {
     std::filesystem::remove_all(dir);
   }
+}
+
+// CPU seconds the process has used (user + system), from /proc/PID/stat.
+double cpu_seconds(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; rest >> field; ++i) {  // field 3 is the state
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) {
+      stime = std::stoull(field);
+      break;
+    }
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Issue #49 (low): a process loading and unloading a CUDA library in a loop (each load a new
+// mapping, each mapping an event for discovery) cost the daemon ~68 % of a CPU. Discovery now
+// scans one process at most 4 times a second after a burst of 8, the events in between folded
+// into the next scan; the daemon's CPU over the loop stays small, and a job after it is
+// counted exactly.
+TEST(Attack, ADlopenLoopCostsTheDaemonLittle) {
+  Daemon daemon;
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  const std::string tag = std::to_string(getpid());
+  TestCgroup cg("sw-dlopen-loop-" + tag);
+  const std::string out = "/tmp/sw-dlopen-loop-" + tag + ".out";
+  Spawn loop;
+  loop.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--dlopen-loop-ms", "3000"};
+  loop.cgroup_dir = cg.dir();
+  loop.output_path = out;
+  const double cpu0 = cpu_seconds(daemon.pid());
+  const auto wall0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(wait_exit(spawn(loop)), 0);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const double share = (cpu_seconds(daemon.pid()) - cpu0) / wall;
+  const std::string loads = slurp(out);
+  std::remove(out.c_str());
+  std::cerr << "dlopen loop: " << loads << "daemon CPU over it: " << share * 100 << " % of a CPU\n";
+  ASSERT_NE(loads.find("loads="), std::string::npos) << loads;
+  EXPECT_GT(std::stoul(loads.substr(loads.find("loads=") + 6)), 100u) << "the loop barely ran";
+  EXPECT_LT(share, 0.15) << "the daemon spent " << share * 100 << " % of a CPU on the loop";
+
+  TestCgroup job("sw-dlopen-job-" + tag);
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "300", "--calls",
+            "cudaMemset:4"};
+  s.cgroup_dir = job.dir();
+  ASSERT_EQ(wait_exit(spawn(s)), 0);
+  ASSERT_TRUE(daemon.wait_windows());
+  EXPECT_EQ(memsets_counted(daemon, job), 4);
 }
 
 TEST(Attack, IdleSocketsDoNotTakeTheEndpointDown) {

@@ -55,13 +55,15 @@ struct Observed {
   int top_pid = 0;  // the heaviest contributor that is not the process itself
   std::string top_role;
   std::int64_t opened_ns = 0, closed_ns = 0;
+  std::string summary;        // for the failure message
+  std::string contributors;   // as stored (JSON), for the failure message
 };
 
 // The chains the store holds for `cgroup` (cgroup labels here are plain path characters).
 std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
   const std::string out = capture(
       std::string(STALLWATCH_BIN) + " query --format json --db " + d.db_path() +
-      " \"SELECT kind, peak, pid, contributors, opened_ns, closed_ns FROM chains WHERE cgroup = '" +
+      " \"SELECT kind, peak, pid, contributors, opened_ns, closed_ns, summary FROM chains WHERE cgroup = '" +
       cgroup + "' ORDER BY opened_ns\"");
   std::vector<Observed> v;
   Json rows = Json::parse(out, nullptr, false);
@@ -73,6 +75,8 @@ std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
     o.pid = r["pid"].is_number() ? r["pid"].get<int>() : 0;
     o.opened_ns = r.value("opened_ns", std::int64_t{0});
     o.closed_ns = r.value("closed_ns", std::int64_t{0});
+    o.summary = r["summary"].is_string() ? r["summary"].get<std::string>() : "";
+    o.contributors = r.value("contributors", std::string("[]"));
     Json contributors = Json::parse(r.value("contributors", std::string("[]")), nullptr, false);
     if (contributors.is_array()) {
       for (const auto& k : contributors) {
@@ -117,6 +121,7 @@ struct Verdict {
   void judge(const std::vector<Observed>& chains) const {
     std::set<std::string> kinds;
     int false_chains = 0, weather_chains = 0;
+    std::string false_seen;
     const Observed* hit = nullptr;
     for (const auto& c : chains) {
       kinds.insert(c.kind);
@@ -128,6 +133,7 @@ struct Verdict {
         weather_chains++;
       } else {
         false_chains++;
+        false_seen += "\n  false chain: " + c.summary + "\n    contributors: " + c.contributors;
       }
     }
     const bool kind_ok = expected_kind.empty() ? hit == nullptr : hit != nullptr;
@@ -157,7 +163,7 @@ struct Verdict {
     }
     EXPECT_TRUE(kind_ok) << scenario << ": " << line.dump();
     EXPECT_TRUE(culprit_ok) << scenario << ": " << line.dump();
-    EXPECT_EQ(false_chains, 0) << scenario << ": " << line.dump();
+    EXPECT_EQ(false_chains, 0) << scenario << ": " << line.dump() << false_seen;
   }
 };
 
