@@ -13,15 +13,15 @@
 namespace stallwatch {
 namespace {
 
+bool owner_ok(const struct stat& st, uid_t euid) { return st.st_uid == 0 || st.st_uid == euid; }
+
+}  // namespace
+
 std::string octal_mode(mode_t m) {
   char buf[8];
   std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(m & 07777));
   return buf;
 }
-
-bool owner_ok(const struct stat& st, uid_t euid) { return st.st_uid == 0 || st.st_uid == euid; }
-
-}  // namespace
 
 Result<Ok> check_file_owner(const struct stat& st, const std::string& source, uid_t euid,
                             std::string_view holds) {

@@ -19,6 +19,9 @@
 
 namespace stallwatch {
 
+// "0644": the permission bits, as chmod takes them.
+std::string octal_mode(mode_t m);
+
 // The file's own owner and mode. `source` names it in the message ("--config /etc/x.conf");
 // `holds` says why it matters ("it decides what stallwatch runs as root").
 Result<Ok> check_file_owner(const struct stat& st, const std::string& source, uid_t euid,

@@ -20,12 +20,6 @@ bool token_char(char c) {
   return std::strchr("\"(),/:;<=>?@[\\]{}", c) == nullptr;
 }
 
-std::string octal_mode(mode_t m) {
-  char buf[8];
-  std::snprintf(buf, sizeof(buf), "%04o", static_cast<unsigned>(m & 07777));
-  return buf;
-}
-
 }  // namespace
 
 Result<Headers> parse_headers_file(std::string_view text, const std::string& source) {
