@@ -3,9 +3,11 @@
  * Off-CPU time of CUDA-issuing threads, joined in the kernel to their in-flight calls.
  *
  * A thread that leaves the CPU while runnable was preempted: everything until it runs again
- * is `runnable` time, blamed on the task that took the CPU. A thread that leaves the CPU
- * blocked is `blocked` until sched_wakeup, then `runnable` until it runs, blamed on the task
- * that ran on that CPU just before it. Both add to every open call frame of the thread and
+ * is `runnable` time. A thread that leaves the CPU blocked is `blocked` until sched_wakeup,
+ * then `runnable` until it runs. Runnable time is charged to what ran on the thread's CPU
+ * meanwhile, each task by the CPU it took inside the wait (cpu_run_log, not who preempted:
+ * a light task that wakes often preempts often and takes little). Both add to every open
+ * call frame of the thread and
  * to the thread's tally in its task storage; the task iterator fold_offcpu moves the tallies
  * into the per-(cgroup, process) map offcpu when user space reads a window, and an exiting
  * thread folds its own at its last switch. So a traced switch updates no map unless it blames
@@ -35,6 +37,22 @@ struct {
 	__type(key, struct preemptor_key);
 	__type(value, struct preemptor_stats);
 } preemptors SEC(".maps");
+
+/* How many traced threads wait in each CPU's run queue; a CPU logs its switches while > 0. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SW_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, __s32);
+} cpu_waiters SEC(".maps");
+
+/* Each CPU's own log of who ran on it, written and read only by that CPU's switches. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_run_log);
+} cpu_runs SEC(".maps");
 
 static const struct offcpu_stats zero_offcpu_stats;
 
@@ -118,7 +136,7 @@ static __always_inline void blame(struct thread_state *t, const struct preemptor
 	struct preemptor_key key = {};
 	struct preemptor_stats *p, fresh = {};
 
-	if (!id->tid)
+	if (!id->tid || !runnable)
 		return; /* the idle task: the CPU was free, the wait was wakeup latency */
 	key.victim_cgroup_id = t->cgroup_id;
 	key.victim_tgid = t->tgid;
@@ -138,10 +156,122 @@ static __always_inline void blame(struct thread_state *t, const struct preemptor
 	__sync_fetch_and_add(&p->count, 1);
 }
 
+static __always_inline __s32 *waiters_of(__u32 cpu)
+{
+	return bpf_map_lookup_elem(&cpu_waiters, &cpu);
+}
+
+/* The thread waits in `cpu`'s run queue from `since`: that CPU logs its switches until it runs. */
+static __always_inline void start_wait(struct thread_state *t, __u32 cpu, __u64 since)
+{
+	__s32 *n = waiters_of(cpu);
+
+	if (!n || t->wait_cpu)
+		return;
+	__sync_fetch_and_add(n, 1);
+	t->wait_cpu = cpu + 1;
+	t->wait_since = since;
+}
+
+/*
+ * Logs the stretch of `prev` on this CPU, which ends now, while some traced thread waits here.
+ * Returns the CPU's log (NULL when nobody waits: nothing is read or written).
+ */
+static __always_inline struct cpu_run_log *log_switch(struct task_struct *prev, __u64 *now)
+{
+	__u32 cpu = bpf_get_smp_processor_id(), zero = 0;
+	__s32 *n = waiters_of(cpu);
+	struct cpu_run_log *log;
+	struct run_segment *seg;
+
+	if (!n || *n <= 0)
+		return NULL;
+	log = bpf_map_lookup_elem(&cpu_runs, &zero);
+	if (!log)
+		return NULL;
+	if (!*now)
+		*now = bpf_ktime_get_ns();
+	if (prev->pid) { /* the idle task took nothing from anyone */
+		seg = &log->seg[log->head & (SW_RUN_LOG - 1)];
+		seg->start_ns = log->seg_start;
+		seg->end_ns = *now;
+		identify(&seg->id, prev);
+		log->head++;
+	}
+	log->seg_start = *now;
+	return log;
+}
+
+#define SW_BLAMED 4 /* tasks charged per wait: the heaviest stretches of a wait are few */
+
+/*
+ * The thread ran again after waiting since t->wait_since: each task in this CPU's log is
+ * charged the part of its stretches inside the wait. A wait longer than the log (SW_RUN_LOG
+ * stretches) or spent in another CPU's queue (migrated meanwhile) is charged in the part the
+ * log covers; with no stretch at all, to the task that ran last (prev).
+ */
+static __always_inline void charge_wait(struct thread_state *t, struct task_struct *prev,
+					__u64 runnable, __u64 now)
+{
+	__u32 zero = 0, tid[SW_BLAMED] = {}, last[SW_BLAMED] = {};
+	__u64 ns[SW_BLAMED] = {}, since = now - runnable, charged = 0;
+	struct preemptor_id woke = {};
+	struct cpu_run_log *log;
+	__s32 *n;
+
+	if (t->wait_cpu) {
+		n = waiters_of(t->wait_cpu - 1);
+		if (n)
+			__sync_fetch_and_add(n, -1);
+		if (t->wait_since > since)
+			since = t->wait_since;
+		t->wait_cpu = 0;
+	}
+	log = bpf_map_lookup_elem(&cpu_runs, &zero);
+	if (log) {
+		__u32 head = log->head;
+
+		for (int i = 0; i < SW_RUN_LOG; i++) {
+			struct run_segment *seg = &log->seg[(head - 1 - i) & (SW_RUN_LOG - 1)];
+			__u64 from, took;
+			int k;
+
+			if (seg->end_ns <= since || seg->end_ns > now)
+				break;
+			from = seg->start_ns > since ? seg->start_ns : since;
+			took = seg->end_ns - from;
+			for (k = 0; k < SW_BLAMED; k++) {
+				if (!tid[k] || tid[k] == seg->id.tid)
+					break;
+			}
+			if (k == SW_BLAMED)
+				continue; /* a fifth task: its share goes uncharged */
+			if (!tid[k]) {
+				tid[k] = seg->id.tid;
+				last[k] = (head - 1 - i) & (SW_RUN_LOG - 1);
+			}
+			ns[k] += took;
+			if (seg->start_ns <= since)
+				break;
+		}
+		for (int k = 0; k < SW_BLAMED; k++) {
+			if (!tid[k])
+				break;
+			blame(t, &log->seg[last[k] & (SW_RUN_LOG - 1)].id, ns[k]);
+			charged += ns[k];
+		}
+	}
+	if (!charged && prev->pid) {
+		identify(&woke, prev);
+		blame(t, &woke, runnable);
+	}
+}
+
 static __always_inline void switch_out(struct thread_state *t, struct task_struct *prev,
-				       struct task_struct *next, bool preempt, __u64 now)
+				       bool preempt, __u64 now, struct cpu_run_log *log)
 {
 	__u64 since = __sync_lock_test_and_set(&t->on_since, 0);
+	__u32 cpu, zero = 0;
 
 	/* Exchanged, not read then cleared: fold_offcpu may move it forward meanwhile. */
 	if (since && now > since)
@@ -149,8 +279,15 @@ static __always_inline void switch_out(struct thread_state *t, struct task_struc
 	t->off_since = now;
 	t->woken_at = 0;
 	t->off_runnable = preempt || task_state(prev) == 0 /* TASK_RUNNING */;
-	if (t->off_runnable)
-		identify(&t->preemptor, next);
+	if (t->off_runnable) {
+		/* Waits here: what runs next is logged from now (the log's clock starts now too). */
+		cpu = bpf_get_smp_processor_id();
+		start_wait(t, cpu, now);
+		if (!log)
+			log = bpf_map_lookup_elem(&cpu_runs, &zero);
+		if (log)
+			log->seg_start = now;
+	}
 	if (prev->flags & PF_EXITING)
 		fold_tally(t); /* its storage goes with it; each later switch out folds again */
 }
@@ -159,7 +296,6 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 				      __u64 now)
 {
 	__u64 runnable = 0, blocked = 0;
-	struct preemptor_id woke = {};
 
 	t->on_since = now;
 	if (!t->off_since)
@@ -188,15 +324,10 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
 		if (t->off_runnable)
 			t->frames[i].preemptions++;
 	}
-	if (!runnable)
-		return;
-	if (t->off_runnable) {
-		blame(t, &t->preemptor, runnable);
-	} else if (prev->pid) {
-		/* Not the idle task (a free CPU: the wait was wakeup latency, nobody's fault). */
-		identify(&woke, prev);
-		blame(t, &woke, runnable);
-	}
+	if (runnable)
+		charge_wait(t, prev, runnable, now);
+	else if (t->wait_cpu)
+		charge_wait(t, prev, 0, now); /* unregisters */
 }
 
 /*
@@ -215,13 +346,15 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	struct thread_state *out = state_of(prev), *in = state_of(next);
-	__u64 now = 0; /* the clock is read only for a traced switch */
+	__u64 now = 0; /* the clock is read only for a traced switch or a logging CPU */
+	struct cpu_run_log *log = log_switch(prev, &now);
 
 	/* Two tests, not `if (!out && !in)`: clang folds that into an OR of the two pointers,
 	 * which the verifier refuses. */
 	if (out) {
-		now = bpf_ktime_get_ns();
-		switch_out(out, prev, next, preempt, now);
+		if (!now)
+			now = bpf_ktime_get_ns();
+		switch_out(out, prev, preempt, now, log);
 	}
 	if (in) {
 		if (!now)
@@ -236,8 +369,10 @@ int BPF_PROG(sched_wakeup, struct task_struct *p)
 {
 	struct thread_state *t = state_of(p);
 
-	if (t && t->off_since && !t->off_runnable && !t->woken_at)
+	if (t && t->off_since && !t->off_runnable && !t->woken_at) {
 		t->woken_at = bpf_ktime_get_ns();
+		start_wait(t, p->wake_cpu, t->woken_at); /* the run queue it was put on */
+	}
 	return 0;
 }
 

@@ -67,7 +67,8 @@ struct thread_state {
 	__u64 woken_at;       /* when a blocked thread was woken (then runnable); 0 if not yet */
 	__u32 tgid;
 	__u32 start_tag;      /* sw_start_tag() of its process: tells a reused PID apart */
-	struct preemptor_id preemptor; /* task that took the CPU when this one was preempted */
+	__u64 wait_since;     /* runnable (waiting for a CPU) since; see cpu_run_log */
+	__u32 wait_cpu;       /* the CPU whose run queue it waits on, + 1 (0: not registered) */
 	__u8 off_runnable;    /* left the CPU while runnable (preempted) */
 	__u8 depth;           /* open frames */
 	__u16 unmatched;      /* returns to skip: entries dropped for nesting */
@@ -113,6 +114,29 @@ struct offcpu_key {
 };
 
 
+/*
+ * What ran on one CPU while CUDA-issuing threads waited in its run queue (sched.bpf.c). A CPU
+ * logs its switches only while cpu_waiters counts a thread waiting there: each entry is one
+ * task's stretch on the CPU. A waiter, once it runs again, charges each task the part of its
+ * stretches that fell inside the wait: the CPU that task took while the job waited, whoever
+ * preempted it (a light task that wakes often preempts often and takes little).
+ */
+#define SW_RUN_LOG 32 /* a power of two */
+struct run_segment {
+	__u64 start_ns;
+	__u64 end_ns;
+	struct preemptor_id id;
+};
+
+struct cpu_run_log {
+	__u64 seg_start; /* when the task on the CPU now got it (as of the last logged switch) */
+	__u32 head;      /* next entry to write */
+	__u32 pad;
+	struct run_segment seg[SW_RUN_LOG];
+};
+
+#define SW_MAX_CPUS 8192 /* cpu_waiters entries: NR_CPUS's largest x86-64 and arm64 setting */
+
 /* Key of preemptors: which thread kept a CUDA-issuing process of a cgroup off the CPU. */
 struct preemptor_key {
 	__u64 victim_cgroup_id;
@@ -124,8 +148,8 @@ struct preemptor_key {
 
 /* The identity is rewritten at every blame, so names follow exec and prctl(PR_SET_NAME). */
 struct preemptor_stats {
-	__u64 runnable_ns; /* victim's runnable wait blamed on this task */
-	__u64 count;
+	__u64 runnable_ns; /* CPU this task took on the victim's CPU while the victim waited there */
+	__u64 count;       /* waits it took part of */
 	struct preemptor_id id;
 };
 

@@ -444,6 +444,11 @@ void add_gpu_families(const Snapshot& snap, std::vector<Family>& out) {
                         MetricKind::kCounter, "s");
   auto temp = family("stallwatch_gpu_temperature_celsius", "The GPU's temperature.",
                      MetricKind::kGauge, "Cel");
+  auto lost = family("stallwatch_gpu_lost",
+                     "1 while NVML answers that the GPU is lost (fallen off the bus, Xid 79): its "
+                     "info keeps the last good identity, its clocks, power and temperature are "
+                     "absent; else 0.",
+                     MetricKind::kGauge, "1");
   auto power = family("stallwatch_gpu_power_watts", "The GPU's power draw.", MetricKind::kGauge,
                       "W");
   auto limit = family("stallwatch_gpu_power_limit_watts", "The GPU's enforced power limit.",
@@ -475,7 +480,8 @@ void add_gpu_families(const Snapshot& snap, std::vector<Family>& out) {
             seconds(t.reason_ns[k])));
       }
     }
-    temp.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.temperature_c));
+    lost.points.push_back(point(nullptr, {{"gpu", idx}}, t.lost ? 1 : 0));
+    if (!t.lost) temp.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.temperature_c));
     if (t.last.power_known) {
       power.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.power_w));
       limit.points.push_back(point(nullptr, {{"gpu", idx}}, t.last.power_limit_w));
@@ -500,7 +506,8 @@ void add_gpu_families(const Snapshot& snap, std::vector<Family>& out) {
     std::sort(used.begin(), used.end());
     for (unsigned i : used) uses.points.push_back(point(&s.identity, {{"gpu", std::to_string(i)}}, 1));
   }
-  keep_nonempty({&info, &clock, &clock_max, &held, &reasons, &temp, &power, &limit, &xids, &uses},
+  keep_nonempty({&info, &lost, &clock, &clock_max, &held, &reasons, &temp, &power, &limit, &xids,
+                 &uses},
                 out);
   if (g.nvml || g.kmsg) {
     auto failures = family("stallwatch_gpu_sample_failures_total",
@@ -512,13 +519,13 @@ void add_gpu_families(const Snapshot& snap, std::vector<Family>& out) {
     out.push_back(std::move(failures));
   }
   if (g.kmsg) {
-    auto lost = family("stallwatch_gpu_xid_lost_total",
+    auto xid_lost = family("stallwatch_gpu_xid_lost_total",
                        "Xid lines not kept: over the rate bound (reason=rate), or overwritten in "
                        "the kernel's ring before they were read (reason=overrun: any record).",
                        MetricKind::kCounter, "{line}");
-    lost.points.push_back(point(nullptr, {{"reason", "rate"}}, count(g.xid_dropped)));
-    lost.points.push_back(point(nullptr, {{"reason", "overrun"}}, count(g.kmsg_overrun)));
-    out.push_back(std::move(lost));
+    xid_lost.points.push_back(point(nullptr, {{"reason", "rate"}}, count(g.xid_dropped)));
+    xid_lost.points.push_back(point(nullptr, {{"reason", "overrun"}}, count(g.kmsg_overrun)));
+    out.push_back(std::move(xid_lost));
   }
 }
 

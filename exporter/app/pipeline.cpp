@@ -61,6 +61,7 @@ std::vector<store::GpuRow> gpu_rows(const chains::WindowView& view) {
       row.sm_clock_max_mhz = static_cast<int>(r.sm_clock_max_mhz);
     }
     row.held_share = g.held_share();
+    row.lost_since_ns = g.lost_since_ns;
     if (g.held_ns > 0) row.held_clock_mhz = g.held_clock_mhz;
     std::uint64_t top = 0;
     for (size_t k = 0; k < host::kClockReasons.size(); ++k) {

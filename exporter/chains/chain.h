@@ -24,7 +24,9 @@ struct Contributor {
   int pid = 0;
   std::string cgroup;
   // "preemptor, other workload", "preemptor, kernel thread", "preemptor, same process",
-  // "preemptor, worker of the job", "preemptor, same workload", "I/O submitter", ...
+  // "preemptor, worker of the job", "preemptor, same workload" (same cgroup), "preemptor, same
+  // pod" (another container of the pod), "preemptor, another pod", "preemptor, system service",
+  // "I/O submitter", ...
   std::string role;
   std::uint64_t cpu_ns = 0;   // time taken from the victim (preemptors) or spent in CUDA calls
   std::uint64_t count = 0;    // preemptions, calls, ...

@@ -192,6 +192,7 @@ void gpu_window(const Snapshot* previous, const Snapshot& current, WindowView& v
         previous && i < previous->gpu.gpus.size() ? &previous->gpu.gpus[i] : nullptr;
     GpuWindow w;
     w.last = t.last;
+    w.lost_since_ns = t.lost ? t.lost_since_ns : 0;
     w.sampled_ns = counter_delta(t.sampled_ns, b ? b->sampled_ns : 0);
     w.held_ns = counter_delta(t.held_ns, b ? b->held_ns : 0);
     for (size_t k = 0; k < w.reason_ns.size(); ++k) {

@@ -89,6 +89,7 @@ struct GpuWindow {
   std::uint64_t held_ns = 0;     // of which with the SM clock held down
   std::array<std::uint64_t, host::kClockReasons.size()> reason_ns{};  // kClockReasons order
   double held_clock_mhz = 0;     // the mean SM clock while held; 0 when never held
+  std::int64_t lost_since_ns = 0;  // unix time NVML first called it lost; 0 while it answers
   double held_share() const {
     return sampled_ns ? static_cast<double>(held_ns) / static_cast<double>(sampled_ns) : 0;
   }

@@ -160,7 +160,8 @@ std::string render_explain_json(const Report& r) {
          {"power_max_w", num_or_null(round4(g.power_max_w), g.power_max_w >= 0)},
          {"power_limit_w", num_or_null(round4(g.power_limit_w), g.power_limit_w >= 0)},
          {"power_limit_min_w", num_or_null(round4(g.power_limit_min_w), g.power_limit_min_w >= 0)},
-         {"xids", std::move(xids)}});
+         {"xids", std::move(xids)},
+         {"lost_since", time_or_null(g.lost_since_ns)}});
   }
   Json& chains = o["chains"] = Json::array();
   for (const auto& c : r.chains) chains.push_back(json_chain(c));

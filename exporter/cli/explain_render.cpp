@@ -248,8 +248,8 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, c
     const char* cpu = " CPU";
     const char* count = " events";
     if (k.role.rfind("preemptor", 0) == 0) {
-      cpu = " CPU stolen";
-      count = " preemptions";
+      cpu = " of CPU taken while it waited";
+      count = " waits";
     } else if (k.role == "I/O submitter") {
       cpu = " waiting on requests";
       count = " requests";
@@ -313,14 +313,20 @@ void render_process(std::string& out, const ProcessStats& p, const Names& names)
              "/min) with no plateau: a leak, or a cache that never stops growing"});
     }
   }
+  // Each task by the CPU it took on the process's CPU while a thread waited there (its share of
+  // the runnable wait; what no task took was interrupts or wake-up latency).
   std::vector<std::string> pre;
   for (const auto& k : p.preemptors) {
     std::string l = process_name(k.comm, k.pid);
     if (!k.cgroup.empty() && k.cgroup != p.cgroup) l += " in " + workload_label(k.cgroup, names);
-    pre.push_back(l + ": " + human_ns(k.cpu_ns) + " CPU stolen, " + thousands(k.count) +
-                  " preemptions");
+    l += ": " + human_ns(k.cpu_ns);
+    if (p.runnable_ns > 0) {
+      l += " (" + percent(static_cast<double>(k.cpu_ns) / static_cast<double>(p.runnable_ns)) +
+           " of the runnable wait)";
+    }
+    pre.push_back(l + " in " + thousands(k.count) + " waits");
   }
-  field(out, "Preempted by", pre);
+  field(out, "CPU taken by", pre);
   field(out, "Sites", site_lines(p.sites, false));
 }
 
@@ -370,7 +376,11 @@ void render_gpus(std::string& out, const std::vector<store::GpuSummary>& gpus) {
     std::string line = "GPU " + std::to_string(g.gpu);
     if (!g.name.empty()) line += " " + escape_line(g.name);
     std::vector<std::string> parts;
-    if (g.sm_clock_mhz >= 0 && g.sm_clock_max_mhz > 0) {
+    if (g.lost_since_ns > 0) {
+      // Its readings stopped then: no clock, power or temperature is current.
+      parts.push_back("LOST since " + rfc3339(g.lost_since_ns) +
+                      " (NVML: GPU is lost; fallen off the bus: drain the node, reset the GPU)");
+    } else if (g.sm_clock_mhz >= 0 && g.sm_clock_max_mhz > 0) {
       parts.push_back("SM " + thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_mhz))) +
                       " of " +
                       thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_max_mhz))) +

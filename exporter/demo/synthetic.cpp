@@ -188,6 +188,9 @@ void SyntheticHost::preempted_by(int victim, int pid, const std::string& comm_in
   p.cgroup = cgroup;
   p.ppid = ppid;
   p.kernel_thread = kernel_thread;
+  const identity::Identity where = identity::parse_cgroup_path(cgroup);
+  p.pod_uid = where.pod_uid;
+  p.unit = where.systemd_unit;
   p.runnable_ns += runnable_ns;
   p.count += count;
 }

@@ -83,6 +83,35 @@ GpuMonitor::~GpuMonitor() {
 
 namespace {
 
+// A GPU NVML calls lost (NVML_ERROR_GPU_IS_LOST: off the bus, Xid 79) answers nothing more: its
+// identity stays the last good one, so its info series, the job's mapping to it and the Xid's
+// GPU remain; its clocks, power and temperature become unknown. One line when it goes.
+void keep_identity(GpuTotals& t, GpuReading& r) {
+  const GpuReading& was = t.last;
+  if (r.uuid.empty()) r.uuid = was.uuid;
+  if (r.name.empty()) r.name = was.name;
+  if (r.bus_id.empty()) r.bus_id = was.bus_id;
+  if (!r.minor_known) {
+    r.minor = was.minor;
+    r.minor_known = was.minor_known;
+  }
+  if (!r.pids_known) {
+    r.pids = was.pids;  // its processes are still there, hung in their calls
+    r.pids_known = was.pids_known;
+  }
+  r.clocks_known = r.reasons_known = r.power_known = false;
+  r.temperature_c = 0;
+  if (t.lost) return;
+  t.lost = true;
+  t.lost_since_ns = wall_ns();
+  ++t.lost_count;
+  SW_LOG(kWarn) << "GPU " << r.index << " (" << (r.uuid.empty() ? "uuid unknown" : r.uuid)
+                << ", PCI " << (r.bus_id.empty() ? "unknown" : r.bus_id)
+                << ") is lost: NVML answers \"GPU is lost\" (it fell off the bus; the kernel log "
+                   "has an Xid 79). Drain the node and reset the GPU (nvidia-smi -r -i "
+                << r.index << ", or a reboot); its last identity is kept";
+}
+
 void sample_pass(GpuMonitor::Shared& s, std::int64_t& last_ns) {
   {
     std::lock_guard<std::mutex> l(s.mu);
@@ -115,6 +144,14 @@ void sample_pass(GpuMonitor::Shared& s, std::int64_t& last_ns) {
       for (size_t k = 0; k < kClockReasons.size(); ++k) {
         if (r.reasons & kClockReasons[k].bit) t.reason_ns[k] += span;
       }
+    }
+    if (r.lost) {
+      keep_identity(t, r);
+    } else if (t.lost && r.error.empty()) {
+      SW_LOG(kInfo) << "GPU " << r.index << " (" << r.uuid << ", PCI " << r.bus_id
+                    << ") answers NVML again after it was lost";
+      t.lost = false;
+      t.lost_since_ns = 0;
     }
     t.last = std::move(r);
   }

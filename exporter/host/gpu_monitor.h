@@ -35,7 +35,12 @@ struct GpuMonitorOptions {
 
 // One GPU, cumulative since the monitor started.
 struct GpuTotals {
-  GpuReading last;             // the latest reading
+  // The latest reading; while the GPU is lost, its identity (uuid, name, bus id, minor,
+  // compute processes) is the last good one and nothing else is known.
+  GpuReading last;
+  bool lost = false;             // NVML answers NVML_ERROR_GPU_IS_LOST for it now
+  std::int64_t lost_since_ns = 0;  // wall clock, when it was first seen lost (0: not lost)
+  std::uint64_t lost_count = 0;    // times it was seen going lost, cumulative
   std::uint64_t sampled_ns = 0;  // time the samples cover
   std::uint64_t held_ns = 0;     // of which with a reason holding the SM clock down
   std::array<std::uint64_t, kClockReasons.size()> reason_ns{};  // per reason, kClockReasons order

@@ -32,6 +32,7 @@ struct nvmlProcessInfo_t {  // nvmlProcessInfo_v2_t: what _v2 and _v3 fill
 };
 constexpr nvmlReturn_t kSuccess = 0;
 constexpr nvmlReturn_t kInsufficientSize = 7;
+constexpr nvmlReturn_t kGpuIsLost = 15;  // NVML_ERROR_GPU_IS_LOST
 constexpr int kClockSm = 1;         // NVML_CLOCK_SM
 constexpr int kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
 constexpr unsigned kMaxGpus = 64;
@@ -211,10 +212,12 @@ std::vector<GpuReading> Nvml::read() {
     nvmlDevice_t d = nullptr;
     if (const nvmlReturn_t r = a.handle(i, &d); r != kSuccess) {
       g.error = "handle: " + a.text(r);
+      g.lost = r == kGpuIsLost;
       out.push_back(std::move(g));
       continue;
     }
     auto note = [&](const char* what, nvmlReturn_t r) {
+      if (r == kGpuIsLost) g.lost = true;
       if (r == kSuccess || !g.error.empty()) return;
       g.error = std::string(what) + ": " + a.text(r);
     };
@@ -232,7 +235,10 @@ std::vector<GpuReading> Nvml::read() {
     if (a.minor) g.minor_known = a.minor(d, &g.minor) == kSuccess;
     if (a.pci) {
       nvmlPciInfo_t p{};
-      if (a.pci(d, &p) == kSuccess) g.bus_id = bounded(p.busId, sizeof(p.busId));
+      if (a.pci(d, &p) == kSuccess) {
+        g.bus_id = bounded(p.busId, sizeof(p.busId));
+        if (PciAddress addr; parse_pci_address(g.bus_id, addr)) g.bus_id = pci_text(addr);
+      }
     }
     if (a.clock && a.max_clock) {
       const nvmlReturn_t r1 = a.clock(d, kClockSm, &g.sm_clock_mhz);
@@ -277,6 +283,12 @@ std::vector<GpuReading> Nvml::read() {
     out.push_back(std::move(g));
   }
   return out;
+}
+
+std::string pci_text(const PciAddress& a) {
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%08X:%02X:%02X.0", a.domain, a.bus, a.device);
+  return buf;
 }
 
 bool parse_pci_address(std::string_view text, PciAddress& out) {

@@ -65,6 +65,8 @@ struct GpuReading {
   std::vector<int> pids;     // compute processes (the PID namespace NVML sees: the host's)
   bool pids_known = false;
   std::string error;         // what failed for this GPU; "" when every reading came
+  // NVML answered NVML_ERROR_GPU_IS_LOST (fallen off the bus, Xid 79): nothing read is current.
+  bool lost = false;
 };
 
 class Nvml {
@@ -104,5 +106,8 @@ struct PciAddress {
   bool operator==(const PciAddress&) const = default;
 };
 bool parse_pci_address(std::string_view text, PciAddress& out);
+// The one way a GPU's address is written everywhere (labels, chains, explain): NVML's and
+// DCGM's `pci_bus_id`, "00000000:3B:00.0" (8 hex digits of domain, upper case, function 0).
+std::string pci_text(const PciAddress& a);
 
 }  // namespace stallwatch::host

@@ -90,7 +90,7 @@ std::optional<XidEvent> parse_xid(std::string_view m) {
   if (m.empty() || m.front() != ',') return std::nullopt;
   m.remove_prefix(1);
   while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
-  e.pci = escape_line(addr);
+  e.pci = pci_text(address);  // one format with NVML's (the kernel writes "0000:2a:00")
   e.address = address;
   e.address_known = true;
   // "pid=1234, name=python3, …" when the driver knew the process.

@@ -35,7 +35,7 @@ XidInfo xid_info(int code);
 struct XidEvent {
   std::uint64_t seq = 0;     // stallwatch's own count of Xid lines read, 1-based
   std::int64_t unix_ns = 0;  // when it was logged (the record's boot time stamp made wall time)
-  std::string pci;           // the address as the line wrote it, escaped ("0000:3b:00")
+  std::string pci;           // pci_text of the address ("00000000:3B:00.0", as NVML writes it)
   PciAddress address;
   bool address_known = false;
   int gpu = -1;              // NVML's index of the GPU at that address; -1 unknown

@@ -73,6 +73,7 @@ struct GpuRow {
   double power_w = -1;
   double power_limit_w = -1;
   std::vector<int> xid_codes;  // Xid errors read this window on this GPU, in order
+  std::int64_t lost_since_ns = 0;  // unix time it was first seen lost; 0 while it answers
 };
 
 struct WindowBatch {

@@ -120,7 +120,9 @@ Result<Ok> load_gpus(sqlite3* db, const ReportQuery& q, std::vector<GpuSummary>&
       db,
       "SELECT gpu, max(uuid), max(name), count(*), avg(sm_clock_mhz), min(sm_clock_mhz), "
       "max(sm_clock_max_mhz), avg(held_share), max(temperature_c), max(power_w), "
-      "max(power_limit_w), group_concat(xid_codes), min(power_limit_w) FROM gpu_windows "
+      "max(power_limit_w), group_concat(xid_codes), min(power_limit_w), "
+      "(SELECT l.lost_since_ns FROM gpu_windows l WHERE l.gpu = gpu_windows.gpu AND "
+      "l.ts_ns > ?1 AND l.ts_ns <= ?2 ORDER BY l.ts_ns DESC LIMIT 1) FROM gpu_windows "
       "WHERE ts_ns > ?1 AND ts_ns <= ?2 GROUP BY gpu ORDER BY gpu LIMIT 64",
       q, "");
   if (!st) return st.error();
@@ -139,6 +141,7 @@ Result<Ok> load_gpus(sqlite3* db, const ReportQuery& q, std::vector<GpuSummary>&
     g.power_max_w = null_or(*st, 9, -1);
     g.power_limit_w = null_or(*st, 10, -1);
     g.power_limit_min_w = null_or(*st, 12, -1);
+    g.lost_since_ns = st->is_null(13) ? 0 : st->int64(13);
     std::map<int, std::uint64_t> codes;
     if (!st->is_null(11)) {
       const std::string text = st->text(11);

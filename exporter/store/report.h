@@ -80,6 +80,7 @@ struct GpuSummary {
   double power_limit_w = -1;     // the largest enforced limit seen
   double power_limit_min_w = -1;  // and the smallest (a limit lowered during the period)
   std::vector<std::pair<int, std::uint64_t>> xids;  // code, errors; by code
+  std::int64_t lost_since_ns = 0;  // lost at the period's last window, since; 0: answering
 };
 
 struct HostSummary {

@@ -144,6 +144,11 @@ CREATE TABLE gpu_windows(
   xids INTEGER NOT NULL, xid_codes TEXT,
   PRIMARY KEY(ts_ns, gpu)) WITHOUT ROWID;
 )sql",
+    // 10 → 11: when a GPU was first seen lost (NVML_ERROR_GPU_IS_LOST; issue #50), NULL while
+    // it answers: explain says "lost since" instead of its last clocks.
+    R"sql(
+ALTER TABLE gpu_windows ADD COLUMN lost_since_ns INTEGER;
+)sql",
 };
 
 }  // namespace

@@ -115,8 +115,8 @@ constexpr const char* kSiteSql =
 constexpr const char* kGpuSql =
     "INSERT OR REPLACE INTO gpu_windows(ts_ns, gpu, uuid, name, sm_clock_mhz, sm_clock_max_mhz, "
     "held_share, held_clock_mhz, top_reason, top_reason_share, temperature_c, power_w, "
-    "power_limit_w, xids, xid_codes) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-    "?13, ?14, ?15)";
+    "power_limit_w, xids, xid_codes, lost_since_ns) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+    "?10, ?11, ?12, ?13, ?14, ?15, ?16)";
 
 constexpr const char* kChainSql =
     "INSERT INTO chains(id, kind, severity, peak, open, cgroup, container_id, pod_uid, pid, "
@@ -410,6 +410,11 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
     std::string codes;
     for (int x : g.xid_codes) codes += (codes.empty() ? "" : ",") + std::to_string(x);
     bind_opt(gpus_, 15, codes);
+    if (g.lost_since_ns > 0) {
+      gpus_.bind(16, g.lost_since_ns);
+    } else {
+      gpus_.bind_null(16);
+    }
     if (auto r = done(gpus_); !r) return r;
   }
 

@@ -19,6 +19,14 @@ std::string Collector::cgroup_path(std::uint64_t cgroup_id) {
   return path ? identity::cgroup_label(*path) : std::string();
 }
 
+identity::Identity Collector::cgroup_identity(std::uint64_t cgroup_id) {
+  if (auto it = cgroups_.find(cgroup_id); it != cgroups_.end()) return it->second.identity;
+  const std::optional<std::string> path = resolver_.path_of(cgroup_id);
+  if (!path) return {};
+  return identity::parse_cgroup_path(
+      *path, resolver_.trusted_path_of(cgroup_id).value_or(std::string("/")));
+}
+
 CgroupSlot& Collector::cgroup(std::uint64_t cgroup_id) {
   auto it = cgroups_.find(cgroup_id);
   if (it != cgroups_.end()) return it->second;

@@ -59,6 +59,7 @@ class Collector : private SourceContext {
   // SourceContext
   CgroupSlot& cgroup(std::uint64_t cgroup_id) override;
   std::string cgroup_path(std::uint64_t cgroup_id) override;
+  identity::Identity cgroup_identity(std::uint64_t cgroup_id) override;
   bool alive(int pid, std::uint32_t start_tag) override;
   ProcessInfo& process(Series& s, int pid) override;
   bool known_process(int pid) override { return procs_.count(pid) > 0; }

@@ -121,6 +121,9 @@ class SchedSource : public Source {
           p.ppid = static_cast<int>(v.id.ppid);
           p.kernel_thread = (v.id.flags & SW_PREEMPTOR_KTHREAD) != 0;
           p.cgroup = ctx.cgroup_path(v.id.cgroup_id);
+          const identity::Identity where = ctx.cgroup_identity(v.id.cgroup_id);
+          p.pod_uid = where.pod_uid;
+          p.unit = where.systemd_unit;
           p.runnable_ns = v.runnable_ns;
           p.count = v.count;
           std::string thread = name_of(v.id.comm);

@@ -70,6 +70,10 @@ struct Preemptor {
   std::string thread;
   int ppid = 0;                // its parent process: the victim's own children are its workers
   bool kernel_thread = false;  // ksoftirqd, kworker, migration: no renice advice
+  // Where it runs, from the levels of its cgroup the runtime owns: its pod's UID (another
+  // container of the victim's pod, or another pod) and its systemd unit; empty when none.
+  std::string pod_uid;
+  std::string unit;
 };
 
 // Per process and call, for the chain engine and explain --per-process (not exported as

@@ -33,6 +33,9 @@ class SourceContext {
   virtual CgroupSlot& cgroup(std::uint64_t cgroup_id) = 0;
   // The cgroup's label (identity::cgroup_label of its path), "" when unknown.
   virtual std::string cgroup_path(std::uint64_t cgroup_id) = 0;
+  // Who the cgroup belongs to (pod, container, unit), from the levels the runtime owns; empty
+  // fields when unknown. Creates no slot.
+  virtual identity::Identity cgroup_identity(std::uint64_t cgroup_id) = 0;
   // Whether `pid` runs and is the process the kernel saw: `start_tag` is its start time from
   // the map key (bpf/stallwatch.h SW_START_TAG_NS); an exited process whose PID was reused is
   // not alive. 0: the PID alone decides. Cached for the pass.

@@ -29,6 +29,7 @@ static const char kUsage[] =
     "                   [--seconds T]]\n"
     "       data_worker --stream-fd FD --batch-mb B --from-memory [--prefetch P] [--seconds T]\n"
     "       data_worker --alloc-mb N [--step-ms D]\n"
+    "       data_worker --tick-us P --tick-run-us R [--seconds T]\n"
     "Steps run in this order, each only when asked for:\n"
     "  --create-mb S        create PATH with S MiB of non-zero data (buffered writes), fsync it\n"
     "                       and drop it from the page cache (POSIX_FADV_DONTNEED)\n"
@@ -48,6 +49,8 @@ static const char kUsage[] =
     "                       in FD (default 0: never wait), like a DataLoader's prefetch depth\n"
     "  --from-memory        the same batches copied from memory instead: no I/O at all\n"
     "  --alloc-mb N         allocate and touch N MiB, 1 MiB every D ms (default 0), then exit\n"
+    "  --tick-us P          a periodic agent: every P microseconds wake and spin R microseconds\n"
+    "                       of CPU, for T seconds (default 60); it preempts often, takes little\n"
     "The direct steps refuse a file on tmpfs (no block device behind it). Prints one summary\n"
     "line and exits 0; exit 2: bad usage; exit 1: a system call failed.\n";
 static const char kProgram[] = "data_worker";
@@ -291,10 +294,37 @@ static void alloc(unsigned long mb, unsigned long step_ms) {
   }
 }
 
+// A periodic agent (a metrics scraper's tick): wakes every `period_us` on an absolute schedule
+// and spins `run_us` of its own CPU time (CLOCK_THREAD_CPUTIME_ID: being preempted meanwhile
+// does not shorten the work), until `seconds` pass. Returns the ticks run.
+static unsigned long tick(unsigned long period_us, unsigned long run_us, unsigned long seconds) {
+  struct timespec next, cpu0, cpu;
+  clock_gettime(CLOCK_MONOTONIC, &next);
+  const double end = now_s() + (double)seconds;
+  unsigned long ticks = 0;
+  while (now_s() < end) {
+    next.tv_nsec += (long)(period_us * 1000);
+    while (next.tv_nsec >= 1000000000L) {
+      next.tv_nsec -= 1000000000L;
+      next.tv_sec++;
+    }
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR) {
+    }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    do {
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu);
+    } while ((cpu.tv_sec - cpu0.tv_sec) * 1000000000L + (cpu.tv_nsec - cpu0.tv_nsec) <
+             (long)(run_us * 1000));
+    ticks++;
+  }
+  return ticks;
+}
+
 int main(int argc, char** argv) {
   const char* path = NULL;
   unsigned long create_mb = 0, reads = 0, writes = 0, passes = 0, batch_mb = 0, block_kb = 1024,
-                seconds = 60, alloc_mb = 0, step_ms = 0, prefetch = 0;
+                seconds = 60, alloc_mb = 0, step_ms = 0, prefetch = 0, tick_us = 0,
+                tick_run_us = 0;
   long ready_fd = -1, go_fd = -1, stream_fd = -1;
   int from_memory = 0, do_alloc = 0;
   static const struct option kOptions[] = {
@@ -313,6 +343,8 @@ int main(int argc, char** argv) {
       {"alloc-mb", required_argument, NULL, 'a'},
       {"step-ms", required_argument, NULL, 'S'},
       {"prefetch", required_argument, NULL, 'P'},
+      {"tick-us", required_argument, NULL, 'T'},
+      {"tick-run-us", required_argument, NULL, 'U'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -365,6 +397,12 @@ int main(int argc, char** argv) {
       case 'P':
         prefetch = parse_number(optarg, 1 << 16, "--prefetch");
         break;
+      case 'T':
+        tick_us = parse_number(optarg, 10UL * 1000 * 1000, "--tick-us");
+        break;
+      case 'U':
+        tick_run_us = parse_number(optarg, 10UL * 1000 * 1000, "--tick-run-us");
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -379,7 +417,10 @@ int main(int argc, char** argv) {
   if (stream_fd >= 0 && batch_mb == 0) usage_error("--stream-fd needs --batch-mb");
   if (block_kb == 0 || block_kb % 4 != 0) usage_error("--block-kb must be a multiple of 4");
   if (from_memory && stream_fd < 0) usage_error("--from-memory goes with --stream-fd");
-  if (!needs_file && stream_fd < 0 && !do_alloc) usage_error("nothing to do");
+  if (tick_us > 0 && (tick_run_us == 0 || tick_run_us >= tick_us)) {
+    usage_error("--tick-us needs --tick-run-us R with 0 < R < P");
+  }
+  if (!needs_file && stream_fd < 0 && !do_alloc && tick_us == 0) usage_error("nothing to do");
 
   if (create_mb > 0) create_file(path, create_mb);
   if (ready_fd >= 0) write_byte((int)ready_fd, 'r', "write --ready-fd");
@@ -401,13 +442,14 @@ int main(int argc, char** argv) {
   if (stream_fd >= 0)
     batches = stream(path, (int)stream_fd, batch_mb, block_kb, from_memory, prefetch, seconds, &sr);
   if (do_alloc) alloc(alloc_mb, step_ms);
+  unsigned long ticks = tick_us > 0 ? tick(tick_us, tick_run_us, seconds) : 0;
 
   printf(
       "direct_reads=%lu read_avg_us=%.0f read_max_us=%.0f direct_writes=%lu "
       "write_sync_avg_us=%.0f buffered_bytes=%llu batches=%lu stream_reads=%lu "
-      "stream_read_avg_us=%.0f alloc_mb=%lu pid=%ld\n",
+      "stream_read_avg_us=%.0f alloc_mb=%lu ticks=%lu pid=%ld\n",
       rd.n, rd.n ? rd.sum_s / (double)rd.n * 1e6 : 0, rd.max_s * 1e6, wr.n,
       wr.n ? wr.sum_s / (double)wr.n * 1e6 : 0, buffered, batches, sr.n,
-      sr.n ? sr.sum_s / (double)sr.n * 1e6 : 0, alloc_mb, (long)getpid());
+      sr.n ? sr.sum_s / (double)sr.n * 1e6 : 0, alloc_mb, ticks, (long)getpid());
   return 0;
 }

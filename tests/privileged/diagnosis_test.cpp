@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -57,6 +58,7 @@ struct Observed {
   std::int64_t opened_ns = 0, closed_ns = 0;
   std::string summary;        // for the failure message
   std::string contributors;   // as stored (JSON), for the failure message
+  std::map<int, double> taken_s;  // each contributor's cpu_ns (CPU taken from the job), seconds
 };
 
 // The chains the store holds for `cgroup` (cgroup labels here are plain path characters).
@@ -79,6 +81,9 @@ std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
     o.contributors = r.value("contributors", std::string("[]"));
     Json contributors = Json::parse(r.value("contributors", std::string("[]")), nullptr, false);
     if (contributors.is_array()) {
+      for (const auto& k : contributors) {
+        o.taken_s[k.value("pid", 0)] += k.value("cpu_ns", 0.0) / 1e9;
+      }
       for (const auto& k : contributors) {
         const int pid = k.value("pid", 0);
         if (pid != o.pid && k.value("role", "") != "preemptor, kernel thread") {
@@ -455,6 +460,53 @@ TEST_F(Diagnosis, OwnWorkersOutnumberingTheCoresAreNamed) {
             weather.on(0)};
   v.expected_role = "preemptor, worker of the job";
   v.judge(chains_of(*daemon_, job.label()));
+}
+
+// The CPU time a process has had (/proc/PID/schedstat, first field), in seconds; -1 if gone.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+  double ns = -1;
+  if (!(in >> ns)) return -1;
+  return ns / 1e9;
+}
+
+// Issue #50: a light periodic agent (wakes every 1 ms, runs 50 us: 5 % of a CPU) and a hog
+// on the job's core. The agent preempts the job at each of its wakeups, the hog takes the CPU.
+// cpu_contention naming the hog, and the agent charged no more of the job's wait than the CPU
+// it used (blame by preemption count charged it whole waits the hog ran in).
+TEST_F(Diagnosis, AWakerIsChargedTheCpuItTookNotTheWait) {
+  CpuWeather weather;
+  TestCgroup job(unique("waker-job")), agents(unique("waker-agents"));
+  const std::int64_t start = now_ns();
+  pid_t hog = start_hog("sw-hog-w", 0, agents.dir());
+  Spawn tick;
+  tick.argv = {DATA_WORKER_BIN, "--tick-us", "1000", "--tick-run-us", "50", "--seconds", "60"};
+  tick.cgroup_dir = agents.dir();
+  tick.cpu = 0;
+  tick.comm = "sw-waker";
+  tick.output_path = "/dev/null";
+  pid_t waker = spawn(tick);
+  pid_t w = start_workload(job, 0, "cudaStreamSynchronize:1", 600, kSpinSync);
+  const int rc = wait_exit(w, std::chrono::seconds(90));
+  const std::int64_t end = now_ns();
+  const double waker_cpu = cpu_seconds(waker);
+  kill_and_reap(hog);
+  kill_and_reap(waker);
+  ASSERT_EQ(rc, 0);
+  settle();
+  const auto chains = chains_of(*daemon_, job.label());
+  Verdict{"a waker and a hog", "cpu_contention", hog, start + 300'000'000, end, weather.on(0)}
+      .judge(chains);
+  for (const auto& c : chains) {
+    if (c.kind != "cpu_contention") continue;
+    const double taken = c.taken_s.count(waker) ? c.taken_s.at(waker) : 0;
+    std::cout << "waker charged " << taken << " s of the job's wait, used " << waker_cpu
+              << " s of CPU; hog charged "
+              << (c.taken_s.count(hog) ? c.taken_s.at(hog) : 0) << " s\n";
+    // Its whole CPU time is an upper bound (it also ran while the job was on-CPU elsewhere in
+    // its call or between calls); a small margin for the last window's rounding.
+    EXPECT_LE(taken, waker_cpu * 1.05 + 0.02) << c.contributors;
+  }
 }
 
 }  // namespace

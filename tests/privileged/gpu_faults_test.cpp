@@ -55,6 +55,12 @@ void kmsg(const std::string& line) {
   ::close(fd);
 }
 
+std::size_t occurrences(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 std::vector<Json> chains_json(const Daemon& d, const std::string& kind, const std::string& cgroup,
                               std::string* raw) {
   return explain_chain_objects(d, kind, cgroup, raw);
@@ -242,6 +248,87 @@ TEST_F(GpuFaults, XidUnderAHungSynchronizeIsNamedByTheHang) {
   EXPECT_EQ(text.find('\x1b'), std::string::npos);
   EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos);
 
+  ::unlink(hold.c_str());
+  EXPECT_EQ(w.wait(30s), 0);
+}
+
+// Issue #50: after Xid 79, NVML answers NVML_ERROR_GPU_IS_LOST for every call about the GPU.
+// Its last good identity stays (info series, the job's mapping, the Xid's GPU), it is marked
+// lost (a metric, one log line), its clocks go absent, the hang names it, explain says "LOST
+// since"; the Xid and the GPU carry one PCI spelling. Then it answers again.
+TEST_F(GpuFaults, AGpuThatFallsOffTheBusStaysKnown) {
+  TestCgroup cg(unique("lost"));
+  const std::string hold = std::string(TEST_SCRATCH_DIR) + "/gpu-lost-" + std::to_string(getpid());
+  std::ofstream(hold).put('1');
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
+            "--start-delay-ms", "300"};
+  s.env = {{"MOCK_CUDA_HOLD_FILE", hold}};
+  s.cgroup_dir = cg.dir();
+  Child w(s);
+  gpu0(w.pid(), 1980, "0x0");
+  ASSERT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+  const std::size_t lost_lines_before = occurrences(slurp(daemon_->log_path()), ") is lost: ");
+  kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + std::to_string(w.pid()) +
+       ", name=cuda_workload, GPU has fallen off the bus. (stallwatch test line, lost GPU)");
+  replace_file(*state_, "gpu minor=0 uuid=GPU-7e57 bus=00000000:3B:00.0 fail=15\n");
+  ASSERT_TRUE(poll_until(
+      [&] {
+        auto x = parse_exposition(daemon_->metrics());
+        return find_sample(x, "stallwatch_gpu_lost", {{"gpu", "0"}}).value_or(0) == 1;
+      },
+      20s, 100ms))
+      << daemon_->log_path();
+  ASSERT_TRUE(poll_until([&] { return active(cg.label(), "call_hang") == 1; }, 30s, 100ms))
+      << daemon_->log_path();
+  ASSERT_TRUE(daemon_->wait_windows(3));
+
+  auto x = parse_exposition(daemon_->metrics());
+  EXPECT_TRUE(find_sample(x, "stallwatch_gpu_info",
+                          {{"gpu", "0"}, {"uuid", "GPU-7e57"}, {"pci_bus_id", "00000000:3B:00.0"}})
+                  .has_value())
+      << "the last good identity is kept";
+  EXPECT_FALSE(find_sample(x, "stallwatch_gpu_sm_clock_hertz", {{"gpu", "0"}}).has_value())
+      << "no clock is current on a lost GPU";
+  EXPECT_FALSE(find_sample(x, "stallwatch_gpu_temperature_celsius", {{"gpu", "0"}}).has_value());
+  EXPECT_TRUE(find_sample(x, "stallwatch_workload_gpu_info", {{"cgroup", cg.label()}, {"gpu", "0"}})
+                  .has_value())
+      << "the job keeps its GPU";
+  EXPECT_TRUE(find_sample(x, "stallwatch_gpu_xid_errors_total",
+                          {{"gpu", "0"}, {"pci_bus_id", "00000000:3B:00.0"}, {"xid", "79"}})
+                  .has_value())
+      << "one PCI spelling for the Xid and the GPU";
+  EXPECT_EQ(occurrences(slurp(daemon_->log_path()), ") is lost: "), lost_lines_before + 1)
+      << "one log line when it goes, none per sample";
+
+  std::string raw;
+  auto hangs = chains_json(*daemon_, "call_hang", cg.label(), &raw);
+  ASSERT_EQ(hangs.size(), 1u) << raw;
+  const std::string root = hangs[0]["root_cause"].get<std::string>();
+  std::cout << "call_hang: " << root << "\n";
+  EXPECT_NE(root.find("Xid 79 (GPU has fallen off the bus) on GPU 0"), std::string::npos) << root;
+  EXPECT_NE(root.find("GPU 0 (GPU-7e57) has been lost for"), std::string::npos) << root;
+  EXPECT_EQ(hangs[0]["evidence"].value("gpu_lost", -1.0), 0);
+  std::string text;
+  run_command({STALLWATCH_BIN, "explain", "--db", daemon_->db_path(), "--since", "5m"}, &text,
+              30s);
+  const auto line = text.find("GPU 0");
+  ASSERT_NE(line, std::string::npos) << text;
+  const std::string gpu_line = text.substr(line, text.find('\n', line) - line);
+  EXPECT_NE(gpu_line.find("LOST since "), std::string::npos) << gpu_line;
+  EXPECT_EQ(gpu_line.find("MHz"), std::string::npos) << "no clock shown as current: " << gpu_line;
+
+  // It answers again (a reset): not lost, its clocks back, one more line.
+  gpu0(w.pid(), 1980, "0x0");
+  EXPECT_TRUE(poll_until(
+      [&] {
+        auto y = parse_exposition(daemon_->metrics());
+        return find_sample(y, "stallwatch_gpu_lost", {{"gpu", "0"}}).value_or(1) == 0 &&
+               find_sample(y, "stallwatch_gpu_sm_clock_hertz", {{"gpu", "0"}}).has_value();
+      },
+      20s, 100ms));
+  EXPECT_NE(slurp(daemon_->log_path()).find("answers NVML again after it was lost"),
+            std::string::npos);
   ::unlink(hold.c_str());
   EXPECT_EQ(w.wait(30s), 0);
 }

@@ -143,7 +143,7 @@ TEST(ChainScenarios, CpuContentionIsHighNamingFluentBit) {
   ASSERT_EQ(c.contributors.size(), 1u) << contributors_of(c);
   EXPECT_EQ(c.contributors[0].comm, "fluent-bit");
   EXPECT_EQ(c.contributors[0].cgroup, "/system.slice/fluent-bit.service");
-  EXPECT_EQ(c.contributors[0].role, "preemptor, other workload");
+  EXPECT_EQ(c.contributors[0].role, "preemptor, system service");
   EXPECT_NE(c.recommendation.find("renice -n 19 -p 1311"), std::string::npos) << c.recommendation;
   EXPECT_NE(c.recommendation.find("systemctl set-property fluent-bit.service"), std::string::npos)
       << c.recommendation;

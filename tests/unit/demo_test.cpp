@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(
                  {"chain closed after 10 windows: [CRITICAL] cpu_contention",
                   "pt_data_worker:0 PID 3822 (preemptor, worker of the job)",
                   "prometheus-node-exporter PID 1205 in prometheus-node-exporter.service",
-                  "fluent-bit PID 1311 in fluent-bit.service (preemptor, other workload)",
+                  "fluent-bit PID 1311 in fluent-bit.service (preemptor, system service)",
                   "taskset -acp 0-6 3821", "renice -n 19 -p 1205", "persistent_workers=True"}},
         Expected{"cpu-contention",
                  "[HIGH] cpu_contention: cudaStreamSynchronize in python3 (PID 4242)",

@@ -30,7 +30,8 @@ TEST(Xid, ParsesTheDriversLines) {
   ASSERT_TRUE(x);
   EXPECT_EQ(x->code, 79);
   EXPECT_EQ(x->pid, 4242);
-  EXPECT_EQ(x->pci, "0000:3b:00");
+  // One spelling everywhere (issue #50): NVML's and DCGM's, not the kernel line's.
+  EXPECT_EQ(x->pci, "00000000:3B:00.0");
   EXPECT_TRUE(x->address_known);
   EXPECT_EQ(x->address, (PciAddress{0, 0x3b, 0}));
   EXPECT_EQ(x->text, "pid=4242, name=python3, GPU has fallen off the bus.");
@@ -108,6 +109,9 @@ TEST(Gpu, PciAddressesInEverySpelling) {
   EXPECT_FALSE(parse_pci_address("0000:3b", a));
   EXPECT_FALSE(parse_pci_address("0000:3b:00x", a));
   EXPECT_FALSE(parse_pci_address("0000:1ff:00", a));
+  EXPECT_EQ(pci_text(a), "00000000:3B:00.0");
+  ASSERT_TRUE(parse_pci_address("10000:ff:1f.0", a));  // a second PCI segment (VMD, large hosts)
+  EXPECT_EQ(pci_text(a), "00010000:FF:1F.0");
 }
 
 TEST(Gpu, ClockReasons) {

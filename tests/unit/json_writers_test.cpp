@@ -83,7 +83,7 @@ TEST(JsonWriters, DebugSnapshot) {
   Series& s = snap.series[kHostile];
   s.starvation_ratio = kNan;
   s.runnable_ratio = kInf;
-  s.preemptors.push_back(Preemptor{1, 2, kHostile, kHostile, 3, 4, {}, 0, false});
+  s.preemptors.push_back(Preemptor{1, 2, kHostile, kHostile, 3, 4, {}, 0, false, {}, {}});
   s.io_processes.push_back(ProcessIo{5, kHostile, IoKey{kHostile, "read"}, IoTotals{}});
   s.oom_victims.push_back(OomKill{6, kHostile, true, 7});
   const std::string text = metrics::snapshot_json(snap);

@@ -93,7 +93,9 @@ chains::ProcessWindow process(const std::string& cgroup, int pid, std::int64_t s
                                    .count = 12,
                                    .thread = "flb-pipeline",
                                    .ppid = 1,
-                                   .kernel_thread = false});
+                                   .kernel_thread = false,
+                                   .pod_uid = {},
+                                   .unit = "fluent-bit.service"});
   return p;
 }
 

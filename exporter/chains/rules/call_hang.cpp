@@ -192,6 +192,27 @@ class CallHang : public Rule {
         c.summary += " (Xid " + std::to_string(x.code) + ")";
         xid = &x;
       }
+      // A GPU of the process that NVML calls lost (off the bus): its work will never finish.
+      int lost_gpu = -1;
+      if (const auto used = ctx.view.process_gpus.find(call.pid);
+          used != ctx.view.process_gpus.end()) {
+        for (const auto& g : ctx.view.gpus) {
+          if (g.lost_since_ns <= 0 ||
+              std::find(used->second.begin(), used->second.end(), g.last.index) ==
+                  used->second.end()) {
+            continue;
+          }
+          c.root_cause += ". GPU " + std::to_string(g.last.index) +
+                          (g.last.uuid.empty() ? std::string() : " (" + g.last.uuid + ")") +
+                          " has been lost for " +
+                          human_seconds(secs(static_cast<std::uint64_t>(
+                              std::max<std::int64_t>(0, ctx.view.end_ns - g.lost_since_ns)))) +
+                          ": NVML answers \"GPU is lost\" (fallen off the bus)";
+          if (!xid) c.summary += " (GPU " + std::to_string(g.last.index) + " lost)";
+          lost_gpu = static_cast<int>(g.last.index);
+          break;
+        }
+      }
       c.effect = "the process makes no progress: the GPU work behind this call is stalled" +
                  std::string(trace::is_nccl_op(call.call_id)
                                  ? ", and NCCL aborts the job only when its timeout expires "
@@ -209,6 +230,7 @@ class CallHang : public Rule {
                     {"blocked_share", blocked},
                     {"runnable_share", runnable},
                     {"tid", static_cast<double>(call.tid)}};
+      if (lost_gpu >= 0) c.evidence.push_back({"gpu_lost", static_cast<double>(lost_gpu)});
       if (call.world_size > 1) {
         c.evidence.push_back({"rank", static_cast<double>(call.rank)});
         c.evidence.push_back({"world_size", static_cast<double>(call.world_size)});

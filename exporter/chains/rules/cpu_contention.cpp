@@ -21,12 +21,17 @@ struct Thresholds {
 
 constexpr size_t kMaxContributors = 10;
 
-// Who a preemptor is to the process it kept waiting. The order is the precedence.
-std::string role_of(const Preemptor& pre, const ProcessWindow& p) {
+// Who a preemptor is to the process it kept waiting, and where it runs: the same container
+// (cgroup), another container of the job's pod, another pod, a system service. The order is
+// the precedence. `pod_uid` is the victim's pod (empty outside Kubernetes).
+std::string role_of(const Preemptor& pre, const ProcessWindow& p, const std::string& pod_uid) {
   if (pre.pid == p.pid) return "preemptor, same process";        // its own threads
   if (pre.kernel_thread) return "preemptor, kernel thread";      // ksoftirqd, kworker, ...
   if (pre.ppid == p.pid) return "preemptor, worker of the job";  // DataLoader workers
   if (pre.cgroup == p.cgroup) return "preemptor, same workload";
+  if (!pre.pod_uid.empty() && pre.pod_uid == pod_uid) return "preemptor, same pod";
+  if (!pre.pod_uid.empty()) return "preemptor, another pod";
+  if (pre.unit.ends_with(".service")) return "preemptor, system service";
   return "preemptor, other workload";
 }
 
@@ -35,11 +40,12 @@ bool is(const Contributor& k, std::string_view role) { return k.role == role; }
 // This window's preemptors added to those of the chain's earlier windows (same process and
 // role), heaviest first: the culprit is the one that took the most over the whole stall, not
 // in its latest window.
-std::vector<Contributor> accumulate(const Chain* before, const ProcessWindow& p) {
+std::vector<Contributor> accumulate(const Chain* before, const ProcessWindow& p,
+                                    const std::string& pod_uid) {
   std::vector<Contributor> out;
   if (before) out = before->contributors;
   for (const auto& pre : p.preemptors) {
-    const std::string role = role_of(pre, p);
+    const std::string role = role_of(pre, p, pod_uid);
     auto it = std::find_if(out.begin(), out.end(), [&](const Contributor& k) {
       return k.pid == pre.pid && k.role == role;
     });
@@ -113,7 +119,7 @@ Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
                     .then(Command("taskset -acp").arg(spare).number(k->pid)),
                 "lower " + k->comm + " and keep it off the training cores");
     const std::string unit = last_component(k->cgroup);
-    if (unit.ends_with(".service")) {
+    if (is(*k, "preemptor, system service") && unit.ends_with(".service")) {
       out.command(Command("systemctl set-property")
                       .arg(unit)
                       .words("CPUWeight=20")
@@ -122,8 +128,12 @@ Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
     } else if (k->cgroup == c.identity.cgroup) {
       out.note(k->comm + " runs in the job's own cgroup but is not its child: move it out (a "
                "sidecar of its own) or give the job the cores both need");
-    } else if (in_kubepods(k->cgroup)) {
-      out.note(k->comm + " runs in another pod: lower its CPU limit, or schedule it away");
+    } else if (is(*k, "preemptor, same pod")) {
+      out.note(k->comm + " runs in another container of the job's pod (" + k->cgroup +
+               "): give that container a CPU limit of its own, or move it to a pod of its own");
+    } else if (is(*k, "preemptor, another pod")) {
+      out.note(k->comm + " runs in another pod (" + k->cgroup +
+               "): lower its CPU limit, or schedule it away from the GPU nodes");
     }
   }
   if (!workers.empty()) {
@@ -139,7 +149,7 @@ Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
     out.note(c.comm + "'s own threads (" + names_of(own) +
              ") compete with its CUDA-issuing thread: give it more cores");
   }
-  if (in_kubepods(c.identity.cgroup)) {
+  if (!c.identity.pod_uid.empty()) {
     out.code("resources: {requests: {cpu: \"6\"}, limits: {cpu: \"6\"}}",
              "Guaranteed QoS with integer CPUs: the static CPU manager gives exclusive cores");
   }
@@ -189,7 +199,7 @@ class CpuContention : public Rule {
     const Baseline* b = ctx.baseline(p, worst_id);
     set_call(c, st, b);
     const Chain* before = ctx.current_chain ? ctx.current_chain(kind(), p.cgroup, p.pid) : nullptr;
-    c.contributors = accumulate(before, p);
+    c.contributors = accumulate(before, p, c.identity.pod_uid);
     // The process's runnable wait over the chain's windows: what the contributors' stolen
     // time is part of.
     const double chain_runnable = evidence_of(before, "chain_runnable_s") + secs(thread_runnable);

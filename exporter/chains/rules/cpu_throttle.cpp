@@ -32,7 +32,7 @@ Advice advise(const Chain& c, const host::CpuLimitTotals& l) {
   Advice out;
   const std::string cores = cores_text(l.limit_cores);
   const identity::Identity& id = c.identity;
-  if (in_kubepods(id.cgroup)) {
+  if (!id.pod_uid.empty()) {
     const std::string who = id.pod.empty() ? "the pod" : id.pod_namespace + "/" + id.pod;
     if (!id.pod.empty()) {
       out.command(Command("kubectl -n")

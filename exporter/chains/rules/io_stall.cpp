@@ -36,7 +36,7 @@ Advice advise(const Chain& c, const std::string& device) {
       "copy the dataset to local NVMe first, or keep it in the page cache "
       "(vmtouch -t DATASET_DIR); read-ahead large sequential shards (WebDataset, "
       "TFRecord) instead of many small files");
-  if (in_kubepods(c.identity.cgroup)) {
+  if (!c.identity.pod_uid.empty()) {
     out.note(
         "in Kubernetes: a local-NVMe emptyDir or hostPath cache instead of network "
         "storage for the dataset");
