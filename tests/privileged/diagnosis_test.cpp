@@ -57,6 +57,7 @@ struct Observed {
   std::string top_role;
   std::int64_t opened_ns = 0, closed_ns = 0;
   std::string summary;        // for the failure message
+  std::string recommendation;
   std::string contributors;   // as stored (JSON), for the failure message
   std::map<int, double> taken_s;  // each contributor's cpu_ns (CPU taken from the job), seconds
 };
@@ -65,7 +66,8 @@ struct Observed {
 std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
   const std::string out = capture(
       std::string(STALLWATCH_BIN) + " query --format json --db " + d.db_path() +
-      " \"SELECT kind, peak, pid, contributors, opened_ns, closed_ns, summary FROM chains WHERE cgroup = '" +
+      " \"SELECT kind, peak, pid, contributors, opened_ns, closed_ns, summary, recommendation FROM "
+      "chains WHERE cgroup = '" +
       cgroup + "' ORDER BY opened_ns\"");
   std::vector<Observed> v;
   Json rows = Json::parse(out, nullptr, false);
@@ -78,6 +80,8 @@ std::vector<Observed> chains_of(const Daemon& d, const std::string& cgroup) {
     o.opened_ns = r.value("opened_ns", std::int64_t{0});
     o.closed_ns = r.value("closed_ns", std::int64_t{0});
     o.summary = r["summary"].is_string() ? r["summary"].get<std::string>() : "";
+    o.recommendation =
+        r["recommendation"].is_string() ? r["recommendation"].get<std::string>() : "";
     o.contributors = r.value("contributors", std::string("[]"));
     Json contributors = Json::parse(r.value("contributors", std::string("[]")), nullptr, false);
     if (contributors.is_array()) {
@@ -428,10 +432,14 @@ TEST_F(Diagnosis, HeavierOfTwoAgentsIsNamed) {
 }
 
 // A sidecar in another container of the job's pod spins on the job's core: cpu_contention
-// naming it (another cgroup of the same pod is another workload).
+// naming it (another cgroup of the same pod is another workload), as a container of the same
+// pod, and the Fix says so (issue #50: it said "another pod"). The cgroups are laid out as the
+// kubelet's systemd driver makes them, by root, so the pod UID is read from them.
 TEST_F(Diagnosis, SidecarOfTheSamePodIsNamed) {
   CpuWeather weather;
-  TestCgroup job(unique("pod-a/ctr-trainer")), sidecar(unique("pod-a/ctr-sidecar"));
+  const std::string pod = "kubepods-burstable-pod0a1b2c3d_4e5f_4a6b_8c7d_9e0f1a2b3c4d.slice/";
+  TestCgroup job(unique(pod + "cri-containerd-" + std::string(64, 'a') + ".scope")),
+      sidecar(unique(pod + "cri-containerd-" + std::string(64, 'b') + ".scope"));
   const std::int64_t start = now_ns();
   pid_t hog = start_hog("sw-sidecar", 0, sidecar.dir());
   pid_t w = start_workload(job, 0, "cudaStreamSynchronize:1", 600, kSpinSync);
@@ -440,9 +448,18 @@ TEST_F(Diagnosis, SidecarOfTheSamePodIsNamed) {
   kill_and_reap(hog);
   ASSERT_EQ(rc, 0);
   settle();
-  Verdict{"sidecar of the same pod", "cpu_contention", hog, start + 300'000'000, end,
-          weather.on(0)}
-      .judge(chains_of(*daemon_, job.label()));
+  const auto chains = chains_of(*daemon_, job.label());
+  Verdict v{"sidecar of the same pod", "cpu_contention", hog, start + 300'000'000, end,
+            weather.on(0)};
+  v.expected_role = "preemptor, same pod";
+  v.judge(chains);
+  for (const auto& c : chains) {
+    if (c.kind != "cpu_contention") continue;
+    EXPECT_NE(c.recommendation.find("runs in another container of the job's pod"),
+              std::string::npos)
+        << c.recommendation;
+    EXPECT_EQ(c.recommendation.find("runs in another pod"), std::string::npos) << c.recommendation;
+  }
 }
 
 // The job's own DataLoader workers (children, spinning) outnumber its one core:
