@@ -17,15 +17,34 @@ const volatile bool capture_stacks = true; /* --stacks */
 /* The kernel has bpf_loop (5.17+), which the Python walk needs: off, the walk is dead code the
  * verifier never visits, so the programs still load (tracer.cpp probes it). */
 const volatile bool python_frames = true;
+const volatile __u32 cgroup_root_count = 0; /* --cgroup-roots; 0: every cgroup is traced */
 __u64 never_used_slots; /* call_slots from here on were never handed out */
 #else
+extern const volatile __u32 cgroup_root_count;
 extern const volatile __u64 outlier_threshold_ns;
 extern const volatile bool capture_stacks;
 extern const volatile bool python_frames;
 extern __u64 never_used_slots;
 #endif
 
-/* The thread's state, created at its first call; adds a newly seen cgroup to watched_cgroups. */
+/* Whether the current task's cgroup lies at or below one of --cgroup-roots (all, without any). */
+static __always_inline bool sw_in_cgroup_roots(void)
+{
+	if (!cgroup_root_count)
+		return true;
+	for (__u32 i = 0; i < SW_MAX_CGROUP_ROOTS; i++) {
+		if (i >= cgroup_root_count)
+			break;
+		if (bpf_current_task_under_cgroup(&cgroup_roots, i) == 1)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The thread's state, created at its first call; adds a newly seen cgroup to watched_cgroups.
+ * NULL for a thread outside --cgroup-roots (judged when its cgroup changes, then cached).
+ */
 static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -48,10 +67,11 @@ static __always_inline struct thread_state *sw_thread_for_call(__u64 now)
 	cgroup_id = task->cgroups->dfl_cgrp->kn->id;
 	if (t->cgroup_id != cgroup_id) {
 		t->cgroup_id = cgroup_id;
-		if (bpf_map_update_elem(&watched_cgroups, &cgroup_id, &one, BPF_ANY))
+		t->excluded = !sw_in_cgroup_roots();
+		if (!t->excluded && bpf_map_update_elem(&watched_cgroups, &cgroup_id, &one, BPF_ANY))
 			sw_count_lost(SW_LOST_WATCHED_CGROUPS);
 	}
-	return t;
+	return t->excluded ? NULL : t;
 }
 
 /* Pushes a frame for call_id; NULL when the call is not tracked. */

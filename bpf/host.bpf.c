@@ -74,6 +74,7 @@ static __always_inline void reclaim_end(void)
 	struct reclaim_start *p = bpf_map_lookup_elem(&reclaim_starts, &tid);
 	struct reclaim_start r;
 	struct reclaim_stats *s;
+	struct thread_state *t;
 	__u64 dur;
 
 	if (!p)
@@ -94,7 +95,8 @@ static __always_inline void reclaim_end(void)
 		__sync_fetch_and_add(&s->memcg_ns, dur);
 		__sync_fetch_and_add(&s->memcg_count, 1);
 	}
-	if (bpf_task_storage_get(&threads, task, 0, 0))
+	t = bpf_task_storage_get(&threads, task, 0, 0);
+	if (t && !t->excluded)
 		__sync_fetch_and_add(&s->cuda_ns, dur);
 }
 
@@ -130,6 +132,7 @@ SEC("tp_btf/mark_victim")
 int BPF_PROG(oom_mark_victim, struct task_struct *task)
 {
 	__u64 cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	struct thread_state *t;
 	struct host_event *e;
 
 	if (!sw_watched(cgroup_id))
@@ -143,7 +146,8 @@ int BPF_PROG(oom_mark_victim, struct task_struct *task)
 	e->cgroup_id = cgroup_id;
 	e->kind = SW_HOST_OOM_KILL;
 	e->tgid = BPF_CORE_READ(task, tgid);
-	e->cuda = bpf_task_storage_get(&threads, task, 0, 0) != NULL;
+	t = bpf_task_storage_get(&threads, task, 0, 0);
+	e->cuda = t && !t->excluded;
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);

@@ -109,6 +109,19 @@ SW_SHARED struct {
 	__type(value, __u8);
 } watched_cgroups SEC(".maps");
 
+/*
+ * --cgroup-roots: the cgroup directories whose subtrees alone are traced (user space puts their
+ * fds at 0..cgroup_root_count-1 before any probe is attached). A thread outside them is marked
+ * excluded at its first call (or first after it moved) and costs a flag test from then on.
+ */
+#define SW_MAX_CGROUP_ROOTS 8
+SW_SHARED struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, SW_MAX_CGROUP_ROOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} cgroup_roots SEC(".maps");
+
 static __always_inline bool sw_watched(__u64 cgroup_id)
 {
 	return bpf_map_lookup_elem(&watched_cgroups, &cgroup_id) != NULL;

@@ -337,9 +337,12 @@ static __always_inline void switch_in(struct thread_state *t, struct task_struct
  */
 static __always_inline struct thread_state *state_of(struct task_struct *t)
 {
+	struct thread_state *s;
+
 	if (t->flags & PF_KTHREAD)
 		return NULL;
-	return bpf_task_storage_get(&threads, t, 0, 0);
+	s = bpf_task_storage_get(&threads, t, 0, 0);
+	return s && !s->excluded ? s : NULL; /* outside --cgroup-roots: not traced */
 }
 
 SEC("tp_btf/sched_switch")
@@ -390,7 +393,7 @@ int fold_offcpu(struct bpf_iter__task *ctx)
 	if (!task || (task->flags & PF_KTHREAD))
 		return 0;
 	t = bpf_task_storage_get(&threads, task, 0, 0);
-	if (!t)
+	if (!t || t->excluded)
 		return 0;
 	/*
 	 * A thread on a CPU now: its stretch so far counts in this window, not all at its next
@@ -422,7 +425,7 @@ int inflight_calls(struct bpf_iter__task *ctx)
 	if (!task || (task->flags & PF_KTHREAD))
 		return 0;
 	t = bpf_task_storage_get(&threads, task, 0, 0);
-	if (!t || !t->depth)
+	if (!t || t->excluded || !t->depth)
 		return 0;
 	now = bpf_ktime_get_ns();
 	r.cgroup_id = t->cgroup_id;

@@ -69,6 +69,7 @@ struct thread_state {
 	__u32 start_tag;      /* sw_start_tag() of its process: tells a reused PID apart */
 	__u64 wait_since;     /* runnable (waiting for a CPU) since; see cpu_run_log */
 	__u32 wait_cpu;       /* the CPU whose run queue it waits on, + 1 (0: not registered) */
+	__u8 excluded;        /* its cgroup is outside --cgroup-roots: nothing of it is traced */
 	__u8 off_runnable;    /* left the CPU while runnable (preempted) */
 	__u8 depth;           /* open frames */
 	__u16 unmatched;      /* returns to skip: entries dropped for nesting */

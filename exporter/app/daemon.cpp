@@ -2,6 +2,9 @@
 
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +33,7 @@
 #include "identity/cgroup_resolver.h"
 #include "identity/kube_metadata.h"
 #include "common/size.h"
+#include "common/strings.h"
 #include "metrics/http_server.h"
 #include "metrics/otlp/http_client.h"
 #include "metrics/otlp/pusher.h"
@@ -130,6 +134,28 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                      "systemd.unified_cgroup_hierarchy=1)";
     return 1;
   }
+  std::vector<std::string> cgroup_root_dirs;
+  // --cgroup-roots: each must be a directory of the cgroup2 hierarchy now (a root created later
+  // is a restart away; a typo must not trace nothing in silence).
+  for (const std::string& root : o.cgroup_roots) {
+    const std::string dir = *mount + (root == "/" ? std::string() : root);
+    struct statfs fs{};
+    struct stat st{};
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || ::statfs(dir.c_str(), &fs) != 0 ||
+        fs.f_type != CGROUP2_SUPER_MAGIC) {
+      SW_LOG(kError) << "--cgroup-roots: " << escape_line(root) << " is not a cgroup (no directory "
+                     << escape_line(dir) << " in the cgroup2 hierarchy at " << *mount << ")";
+      SW_LOG(kHint) << "name cgroups as paths from the cgroup2 mount, e.g. /kubepods.slice or "
+                       "/system.slice/slurmstepd.scope (ls " << *mount << ")";
+      return 2;
+    }
+    cgroup_root_dirs.push_back(dir);
+  }
+  if (!o.cgroup_roots.empty()) {
+    std::string list;
+    for (const auto& r : o.cgroup_roots) list += (list.empty() ? "" : ", ") + escape_line(r);
+    SW_LOG(kInfo) << "tracing only the cgroups at or below " << list << " (--cgroup-roots)";
+  }
 
 
   metrics::SnapshotBoard board;
@@ -171,6 +197,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   store::Store* db = keeper ? keeper->get() : nullptr;
 
   trace::TracerOptions topts;
+  topts.cgroup_roots = cgroup_root_dirs;
   topts.outlier_threshold = o.outlier_threshold;
   topts.stacks = o.stacks;
   topts.uprobe_multi = o.uprobe_multi;

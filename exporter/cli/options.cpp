@@ -79,6 +79,9 @@ po::options_description run_options_description() {
     ("library-dirs", po::value<std::string>(), "comma list of directories whose CUDA library "
      "files get probes at start and at each rescan, before any process maps them (no first "
      "calls lost after a dlopen)")
+    ("cgroup-roots", po::value<std::string>(), "comma list of up to 8 cgroups, as paths from "
+     "the cgroup2 mount (/kubepods.slice, /slurm.slice): only processes in them or below are "
+     "traced; others cost a flag test per CUDA call (default: every cgroup)")
     ("attach-on-disk", po::value<std::string>(), "true: also attach the CUDA libraries of the "
      "standard directories (CUDA toolkit, distribution, conda, pip wheels) at start, so no call "
      "right after a dlopen is lost; false: each file is attached when a process first maps it; "
@@ -383,6 +386,29 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
         o.library_dirs.push_back(std::move(d));
       }
       start = comma + 1;
+    }
+  }
+  if (const std::string* roots = text_flag(flags, "cgroup-roots", &source)) {
+    size_t start = 0;
+    while (start <= roots->size()) {
+      size_t comma = roots->find(',', start);
+      if (comma == std::string::npos) comma = roots->size();
+      std::string r = roots->substr(start, comma - start);
+      start = comma + 1;
+      if (r.empty()) continue;
+      while (r.size() > 1 && r.back() == '/') r.pop_back();
+      if (r[0] != '/' || r.find("/../") != std::string::npos || r.ends_with("/..") ||
+          r.find('\0') != std::string::npos) {
+        return make_error(source + ": " + r +
+                          " is not a cgroup path from the cgroup2 mount (e.g. /kubepods.slice)");
+      }
+      if (std::find(o.cgroup_roots.begin(), o.cgroup_roots.end(), r) == o.cgroup_roots.end()) {
+        o.cgroup_roots.push_back(std::move(r));
+      }
+    }
+    if (o.cgroup_roots.size() > 8) {
+      return make_error(source + ": at most 8 cgroups (" + std::to_string(o.cgroup_roots.size()) +
+                        " given); name a common parent instead");
     }
   }
   if (const std::string* v = text_flag(flags, "attach-on-disk", &source); v && *v != "auto") {

@@ -40,6 +40,9 @@ struct RunOptions {
   size_t max_cgroups = 256;
   size_t max_libraries = 128;  // --max-libraries
   std::vector<std::string> library_dirs;  // --library-dirs: attached before any process maps them
+  // --cgroup-roots: cgroup paths (from the cgroup2 mount, "/kubepods.slice") whose subtrees
+  // alone are traced; empty: every cgroup.
+  std::vector<std::string> cgroup_roots;
   // --attach-on-disk: the standard directories too; unset (auto, the default) where the daemon
   // uses multi-uprobe links, whose detach costs one grace period per file, not one per probe.
   std::optional<bool> attach_on_disk;

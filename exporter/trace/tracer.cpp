@@ -4,6 +4,7 @@
 #include <bpf/bpf.h>
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -254,6 +255,7 @@ Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, 
                      "only, no Python frames";
   }
   if (!python_walk) t->skel_->rodata->python_frames = false;
+  t->skel_->rodata->cgroup_root_count = static_cast<__u32>(options.cgroup_roots.size());
   for (const std::string& name : refused) {
     if (bpf_program* p = bpf_object__find_program_by_name(t->skel_->obj, name.c_str())) {
       bpf_program__set_autoload(p, false);
@@ -281,6 +283,25 @@ Result<std::unique_ptr<Tracer>> Tracer::open_once(const TracerOptions& options, 
   btf__free(vmlinux);
   if (int err = stallwatch_bpf__load(t->skel_)) {
     return load_error("loading the BPF programs into the kernel failed", -err);
+  }
+  // The cgroup roots, before any call probe exists: a call is never judged against an empty slot.
+  for (std::size_t i = 0; i < options.cgroup_roots.size() && i < kMaxCgroupRoots; ++i) {
+    const std::string& dir = options.cgroup_roots[i];
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      return make_error("--cgroup-roots: cannot open " + dir + ": " + std::strerror(errno) +
+                        " (a directory of the cgroup2 hierarchy, e.g. /kubepods.slice)");
+    }
+    const std::uint32_t key = static_cast<std::uint32_t>(i);
+    const std::uint32_t value = static_cast<std::uint32_t>(fd);
+    const int err = bpf_map_update_elem(bpf_map__fd(t->skel_->maps.cgroup_roots), &key, &value,
+                                        BPF_ANY);
+    const int saved = errno;
+    ::close(fd);  // the map holds the cgroup now
+    if (err) {
+      return make_error("--cgroup-roots: " + dir + " is not a cgroup2 directory (" +
+                        std::strerror(saved) + ")");
+    }
   }
   auto* links = &t->skel_->links;
   auto* progs = &t->skel_->progs;

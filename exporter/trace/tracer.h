@@ -28,7 +28,11 @@ struct TracerOptions {
   std::chrono::nanoseconds outlier_threshold{std::chrono::milliseconds(1)};
   bool stacks = true;  // --stacks: outliers carry the native and Python stack
   bool uprobe_multi = true;  // --uprobe-multi: multi-uprobe links where the kernel has them
+  // --cgroup-roots: the cgroup directories (absolute paths under the cgroup2 mount) whose
+  // subtrees alone are traced; empty: every cgroup. At most kMaxCgroupRoots.
+  std::vector<std::string> cgroup_roots;
 };
+inline constexpr std::size_t kMaxCgroupRoots = 8;  // bpf/maps.bpf.h SW_MAX_CGROUP_ROOTS
 
 class Tracer {
  public:

@@ -45,6 +45,18 @@ TEST(Cli, UnknownFlagIsOneLineAndExit2) {
             "stallwatch run: unrecognised option '--bogus-flag' (see `stallwatch run --help`)\n");
 }
 
+// Issue #50: a --cgroup-roots entry that is no cgroup is refused at start (a typo must not
+// trace nothing in silence): exit 2, the error and the hint.
+TEST(Cli, ACgroupRootThatIsNoCgroupIsRefused) {
+  auto r = run(kBin + " run --cgroup-roots /kubepods.slice-typo-" +
+               std::to_string(getpid()));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--cgroup-roots: /kubepods.slice-typo-"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is not a cgroup (no directory"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("name cgroups as paths from the cgroup2 mount"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, UnknownCommandShowsUsage) {
   auto r = run(kBin + " frobnicate");
   EXPECT_EQ(r.status, 2);

@@ -203,20 +203,29 @@ pid_t start_workload(const TestCgroup& cg, int cpu, const std::string& calls, in
 
 class Diagnosis : public ::testing::Test {
  protected:
+  // Only this suite's cgroups are traced (--cgroup-roots, issue #50): another CUDA job or
+  // another stallwatch's tests on the host open no chain here and change no count. The `keep`
+  // child holds the root for the suite (see tracing_test).
   static void SetUpTestSuite() {
-    daemon_ = new Daemon({"--window", "500ms"});
+    keep_ = new TestCgroup(unique("keep"));
+    daemon_ = new Daemon({"--window", "500ms", "--cgroup-roots",
+                          "/stallwatch-diag-" + std::to_string(getpid())});
     ASSERT_TRUE(daemon_->wait_ready()) << daemon_->log_path();
   }
   static void TearDownTestSuite() {
     delete daemon_;
     daemon_ = nullptr;
+    delete keep_;
+    keep_ = nullptr;
   }
   // After the scenario: windows enough for an open chain to close (close_after is 3 windows,
   // alloc_spike's up to twice its period).
   static void settle() { ASSERT_TRUE(daemon_->wait_windows(8)) << daemon_->log_path(); }
   static Daemon* daemon_;
+  static TestCgroup* keep_;
 };
 Daemon* Diagnosis::daemon_ = nullptr;
+TestCgroup* Diagnosis::keep_ = nullptr;
 
 const std::map<std::string, std::string> kSpinSync = {{"MOCK_CUDA_SYNC_CPU_US", "2000"}};
 

@@ -22,15 +22,23 @@ std::string unique(const std::string& name) {
   return "stallwatch-test-" + std::to_string(getpid()) + "/" + name;
 }
 
+// The suite's cgroups all lie below /stallwatch-test-PID, and its daemon traces only there
+// (--cgroup-roots, issue #50): other CUDA processes on the host, another stallwatch's test
+// jobs included, change none of its counts. A child that stays for the suite keeps the root
+// from being removed (and made again as another cgroup) when a test's cgroups go.
+std::string suite_root() { return "/stallwatch-test-" + std::to_string(getpid()); }
+
 class Tracing : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    daemon_ = new Daemon();
+    keep_ = new TestCgroup(unique("keep"));
+    daemon_ = new Daemon({"--cgroup-roots", suite_root()});
     ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
   }
   static void TearDownTestSuite() {
     EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
     delete daemon_;
+    delete keep_;
   }
 
   // Runs the workload to completion in `cg` and returns its exit status.
@@ -58,8 +66,10 @@ class Tracing : public ::testing::Test {
   }
 
   static Daemon* daemon_;
+  static TestCgroup* keep_;
 };
 Daemon* Tracing::daemon_ = nullptr;
+TestCgroup* Tracing::keep_ = nullptr;
 
 // A workload started after the daemon, in a child cgroup: every call counted exactly, under
 // the right api/call/cgroup labels; the library is traced before the first call even though
@@ -215,6 +225,33 @@ TEST_F(Tracing, CpuContentionShowsAsRunnableTimeInsideSyncAndNamesThePreemptors)
   EXPECT_NE(pre.find("\"pid\":" + std::to_string(hog2) + ",\"comm\":\"sw-hog-2\""),
             std::string::npos)
       << pre;
+}
+
+// Issue #50: the same job in a cgroup outside --cgroup-roots, run beside one inside: the one
+// inside is counted exactly, the one outside gets no series at all (calls, off-CPU time,
+// preemptors), however busy it is.
+TEST_F(Tracing, OnlyTheCgroupRootsAreTraced) {
+  TestCgroup in(unique("roots-in"));
+  TestCgroup out("stallwatch-outside-" + std::to_string(getpid()) + "/job");
+  Spawn outside;
+  outside.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1,cudaMalloc:1",
+                  "--iterations", "1500", "--spacing-us", "1000", "--start-delay-ms", "100"};
+  // It calls for ~1.6 s, spanning the inside job's run (from 300 ms): the probes fire for it.
+  outside.cgroup_dir = out.dir();
+  outside.output_path = "/dev/null";
+  const pid_t o = spawn(outside);
+  ASSERT_EQ(run_workload(in, {"--cudart", kCudart, "--calls", "cudaStreamSynchronize:1,cudaMalloc:1",
+                              "--iterations", "300", "--start-delay-ms", "300"}),
+            0);
+  ASSERT_EQ(wait_exit(o, std::chrono::seconds(120)), 0);
+  auto s = scrape();
+  EXPECT_EQ(count_of(s, in.label(), "cudaStreamSynchronize"), 300);
+  EXPECT_EQ(count_of(s, in.label(), "cudaMalloc"), 300);
+  for (const auto& sample : s) {
+    const auto it = sample.labels.find("cgroup");
+    EXPECT_FALSE(it != sample.labels.end() && it->second == out.label())
+        << sample.name << " has a series of the cgroup outside the roots";
+  }
 }
 
 // Exited processes are forgotten at once and their library's probes removed after the linger

@@ -134,6 +134,28 @@ TEST(ParseRunOptionsTest, CostBudget) {
   }
 }
 
+// Issue #50: --cgroup-roots, paths from the cgroup2 mount; duplicates and trailing slashes
+// folded; a relative path, a `..` or more than 8 refused with the fix.
+TEST(ParseRunOptionsTest, CgroupRoots) {
+  auto o = parse({});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_TRUE(o->cgroup_roots.empty()) << "every cgroup by default";
+  o = parse({"--cgroup-roots", "/kubepods.slice/,/slurm.slice,/kubepods.slice"});
+  ASSERT_TRUE(o) << o.error().message;
+  EXPECT_EQ(o->cgroup_roots, (std::vector<std::string>{"/kubepods.slice", "/slurm.slice"}));
+  for (const char* bad : {"kubepods.slice", "/a/../etc", "/a/.."}) {
+    o = parse({"--cgroup-roots", bad});
+    ASSERT_FALSE(o) << bad;
+    EXPECT_NE(o.error().message.find("is not a cgroup path from the cgroup2 mount"),
+              std::string::npos)
+        << o.error().message;
+  }
+  o = parse({"--cgroup-roots", "/a,/b,/c,/d,/e,/f,/g,/h,/i"});
+  ASSERT_FALSE(o);
+  EXPECT_NE(o.error().message.find("at most 8 cgroups (9 given)"), std::string::npos)
+      << o.error().message;
+}
+
 TEST(ParseRunOptionsTest, ProbeSites) {
   auto o = parse({});
   ASSERT_TRUE(o) << o.error().message;
