@@ -106,6 +106,29 @@ Severity step_up(Severity s) {
   return s >= Severity::kHigh ? s : static_cast<Severity>(static_cast<int>(s) + 1);
 }
 
+std::string softirq_text(const host::CpuStolen& cpu) {
+  if (cpu.top_softirq.empty()) return "";
+  return "softirq " + cpu.top_softirq + " on CPU " + std::to_string(cpu.cpu) + " (" +
+         percent(cpu.top_softirq_share) + " of the softirqs raised there)";
+}
+
+void advise_softirq(Advice& out, const host::CpuStolen& cpu) {
+  const std::string& v = cpu.top_softirq;
+  const std::string n = std::to_string(cpu.cpu);
+  if (v == "NET_RX" || v == "NET_TX") {
+    out.note("network packets are processed on CPU " + n +
+             ": clear it from each /sys/class/net/<dev>/queues/rx-<N>/rps_cpus mask (RPS) and "
+             "from the NIC's IRQ affinity (/proc/irq/<N>/smp_affinity_list; "
+             "IRQBALANCE_BANNED_CPUS for irqbalance)");
+  } else if (v == "BLOCK") {
+    out.note("block I/O completions run on CPU " + n +
+             ": move the NVMe queues' interrupts off it (/proc/irq/<N>/smp_affinity_list)");
+  } else if (v == "TIMER" || v == "HRTIMER" || v == "SCHED" || v == "RCU") {
+    out.note("timers and scheduler ticks run on CPU " + n +
+             ": isolate the training cores (nohz_full=, rcu_nocbs=, isolcpus=)");
+  }
+}
+
 void set_advice(Chain& c, const Advice& a) {
   c.recommendation = a.text();
   c.commands = a.commands();

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "chains/advice.h"
 #include "chains/chain.h"
 #include "chains/baselines.h"
 #include "chains/window.h"
@@ -68,5 +69,11 @@ Severity step_up(Severity s);
 void set_advice(Chain& c, const Advice& a);
 std::string last_component(std::string_view path);  // of a cgroup path: the unit or scope
 bool in_kubepods(std::string_view cgroup);
+// Interrupt work on one CPU, named by the softirq raised most there (host::CpuStolen): "softirq
+// NET_RX on CPU 0 (93% of the softirqs raised there)", "" when unknown; and a note on moving that kind of work
+// off the training cores (RPS and IRQ affinity for the network, the NVMe queues' affinity for
+// block completions, nohz_full for timers and ticks).
+std::string softirq_text(const host::CpuStolen& cpu);
+void advise_softirq(Advice& out, const host::CpuStolen& cpu);
 
 }  // namespace stallwatch::chains

@@ -8,7 +8,41 @@
 #include <sstream>
 #include <string>
 
+#include "common/strings.h"
+
 namespace stallwatch::host {
+
+std::map<int, std::map<std::string, std::uint64_t>> parse_softirqs(const std::string& text) {
+  std::map<int, std::map<std::string, std::uint64_t>> out;
+  std::istringstream in(text);
+  std::string header;
+  if (!std::getline(in, header)) return out;
+  std::vector<int> cpus;  // the header's CPUn columns, in order
+  {
+    std::istringstream hs(header);
+    for (std::string col; hs >> col && cpus.size() < 8192;) {
+      int n = -1;
+      if (!col.starts_with("CPU")) return {};
+      auto [p, ec] = std::from_chars(col.data() + 3, col.data() + col.size(), n);
+      if (ec != std::errc() || p != col.data() + col.size() || n < 0) return {};
+      cpus.push_back(n);
+    }
+  }
+  size_t vectors = 0;
+  for (std::string line; std::getline(in, line) && vectors < 64; ++vectors) {
+    std::istringstream ls(line);
+    std::string name;
+    if (!(ls >> name) || name.size() < 2 || name.back() != ':') continue;
+    name.pop_back();
+    name = escape_line(name.substr(0, 32));
+    for (int cpu : cpus) {
+      std::uint64_t n = 0;
+      if (!(ls >> n)) break;
+      out[cpu][name] = n;
+    }
+  }
+  return out;
+}
 
 HostContext HostSampler::sample() {
   HostContext h;
@@ -53,6 +87,25 @@ HostContext HostSampler::sample() {
                                        static_cast<double>(now.irq - b.irq) / dt});
     }
     cpus_ = std::move(cpus);
+    auto softirqs = parse_softirqs(Procfs::read_bounded(fs_.proc_root() + "/softirqs", 1 << 20));
+    for (auto& c : h.cpu_stolen) {
+      const auto now = softirqs.find(c.cpu);
+      const auto before = softirqs_.find(c.cpu);
+      if (now == softirqs.end() || before == softirqs_.end()) continue;
+      std::uint64_t all = 0, top = 0;
+      for (const auto& [name, n] : now->second) {
+        const auto b = before->second.find(name);
+        if (b == before->second.end() || n < b->second) continue;
+        const std::uint64_t d = n - b->second;
+        all += d;
+        if (d > top) {
+          top = d;
+          c.top_softirq = name;
+        }
+      }
+      if (all > 0) c.top_softirq_share = static_cast<double>(top) / static_cast<double>(all);
+    }
+    softirqs_ = std::move(softirqs);
     if (!h.cpu_stolen.empty()) {
       h.cpu_steal = h.cpu_irq = 0;
       for (const auto& c : h.cpu_stolen) {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "host/procfs.h"
@@ -18,6 +20,11 @@ struct CpuStolen {
   double steal = 0;
   double irq = 0;
   double total() const { return steal + irq; }
+  // The softirq raised most on this CPU since the previous sample (/proc/softirqs: NET_RX,
+  // TIMER, BLOCK, ...) and its share of all raised there; "" when none was or unknown. Counts,
+  // not time: the kernel keeps no time per vector.
+  std::string top_softirq{};
+  double top_softirq_share = 0;
 };
 
 // System context of the window (explain's first lines). Negative when unknown.
@@ -46,6 +53,10 @@ class HostSampler {
   std::uint64_t busy_ = 0;
   std::uint64_t total_ = 0;
   std::vector<std::pair<int, CpuTicks>> cpus_;  // the previous sample's per-CPU lines
+  std::map<int, std::map<std::string, std::uint64_t>> softirqs_;  // previous: CPU → vector → count
 };
+
+// /proc/softirqs: per CPU number, each vector's count (at most 64 vectors, names escaped).
+std::map<int, std::map<std::string, std::uint64_t>> parse_softirqs(const std::string& text);
 
 }  // namespace stallwatch::host

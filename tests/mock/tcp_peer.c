@@ -20,12 +20,17 @@
 static const char kUsage[] =
     "usage: tcp_peer --listen PORT [--ready-fd FD] [--timeout-s T]\n"
     "       tcp_peer --send HOST:PORT --bytes N [--timeout-s T]\n"
+    "       tcp_peer --udp-flood PORT [--timeout-s T]\n"
     "  --listen PORT   accept one connection on PORT (any address, IPv6 socket that also takes\n"
     "                  IPv4), write one byte 'r' to FD once listening, read until end of file,\n"
     "                  close, print 'received=<bytes>'\n"
     "  --send H:P      connect to H:P (retrying until the timeout; H may be [v6]), send N\n"
     "                  bytes, shut down writing, wait for the receiver to close, print\n"
     "                  'sent=<bytes> retransmits=<tcpi_total_retrans> pid=<pid>'\n"
+    "  --udp-flood P   bind a UDP socket on 127.0.0.1:P that is never read (its queue fills,\n"
+    "                  later datagrams are dropped on arrival) and send it 64-byte datagrams\n"
+    "                  as fast as the CPU allows until the limit: the receive path's softirq\n"
+    "                  work for a test (steered to another CPU with RPS)\n"
     "  --timeout-s T   the whole run's limit (default 60): then SIGALRM ends it\n"
     "Exit 0 when every byte went across; 1: a system call failed (or connect timed out);\n"
     "2: bad usage; killed by SIGALRM: the run passed its limit.\n";
@@ -137,7 +142,34 @@ static int send_bytes(const char* target, unsigned long long bytes, int timeout_
   return 0;
 }
 
+// --udp-flood: never returns (SIGALRM ends it at the limit).
+static int udp_flood(const char* port_text) {
+  const int port = atoi(port_text);
+  if (port <= 0 || port > 65535) usage("--udp-flood needs a port from 1 to 65535");
+  struct sockaddr_in to;
+  memset(&to, 0, sizeof(to));
+  to.sin_family = AF_INET;
+  to.sin_port = htons((unsigned short)port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int sink = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sink < 0) fail("socket");
+  int small = 4096;
+  setsockopt(sink, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  if (bind(sink, (struct sockaddr*)&to, sizeof(to)) != 0) fail("bind");
+  const int out = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (out < 0) fail("socket");
+  char payload[64];
+  memset(payload, 'x', sizeof(payload));
+  for (;;) {
+    if (sendto(out, payload, sizeof(payload), 0, (struct sockaddr*)&to, sizeof(to)) < 0 &&
+        errno != ENOBUFS && errno != EAGAIN && errno != EINTR) {
+      fail("sendto");
+    }
+  }
+}
+
 int main(int argc, char** argv) {
+  const char* flood_port = NULL;
   const char* listen_port = NULL;
   const char* target = NULL;
   unsigned long long bytes = 0;
@@ -149,6 +181,7 @@ int main(int argc, char** argv) {
       {"bytes", required_argument, NULL, 'b'},
       {"ready-fd", required_argument, NULL, 'R'},
       {"timeout-s", required_argument, NULL, 't'},
+      {"udp-flood", required_argument, NULL, 'u'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -170,6 +203,9 @@ int main(int argc, char** argv) {
       case 't':
         timeout_s = atoi(optarg);
         break;
+      case 'u':
+        flood_port = optarg;
+        break;
       case 'h':
         fputs(kUsage, stdout);
         return 0;
@@ -179,6 +215,11 @@ int main(int argc, char** argv) {
     }
   }
   if (optind != argc) usage("unexpected argument");
+  if (flood_port != NULL) {
+    if (timeout_s <= 0) usage("--timeout-s must be positive");
+    alarm((unsigned)timeout_s);
+    return udp_flood(flood_port);
+  }
   if ((listen_port == NULL) == (target == NULL)) usage("give exactly one of --listen, --send");
   if (target != NULL && bytes == 0) usage("--send needs --bytes N (N > 0)");
   if (timeout_s <= 0) usage("--timeout-s must be positive");

@@ -535,6 +535,67 @@ TEST_F(Diagnosis, AWakerIsChargedTheCpuItTookNotTheWait) {
   }
 }
 
+// Issue #50: softirq work on the job's core and nothing else running there. A UDP flood on
+// CPU 1, inside a network namespace this test makes, whose loopback steers every received
+// packet to CPU 0 (RPS): the receive path's softirqs (NET_RX) run on the job's core, in its
+// context or in ksoftirqd/0. A chain must name the interrupts (cpu_steal, or cpu_contention
+// whose culprit is ksoftirqd/0) with NET_RX and RPS in its texts, and no other chain (no
+// alloc_spike, no gpu_*). The scenario measures the interrupt share it made on CPU 0 and says
+// so when the host could not be loaded (no chain is then expected of it).
+TEST_F(Diagnosis, SoftirqsOnTheJobsCoreAreNamed) {
+  const std::string ns = "swirq" + std::to_string(getpid());
+  if (capture("ip netns add " + ns + " 2>&1; echo rc=$?").find("rc=0") == std::string::npos) {
+    GTEST_SKIP() << "cannot create a network namespace (ip netns add)";
+  }
+  struct Cleanup {
+    std::string ns;
+    ~Cleanup() { capture("ip netns del " + ns + " 2>&1"); }
+  } cleanup{ns};
+  ASSERT_NE(capture("ip netns exec " + ns + " sh -c 'ip link set lo up && echo 1 > "
+                    "/sys/class/net/lo/queues/rx-0/rps_cpus && echo ok' 2>&1")
+                .find("ok"),
+            std::string::npos)
+      << "RPS on the namespace's loopback";
+  CpuWeather weather;
+  TestCgroup job(unique("softirq-job")), agents(unique("softirq-flood"));
+  const std::int64_t start = now_ns();
+  Spawn flood;
+  flood.argv = {TCP_PEER_BIN, "--udp-flood", "9999", "--timeout-s", "60"};
+  flood.netns = ns;
+  flood.cpu = 1;
+  flood.cgroup_dir = agents.dir();
+  flood.output_path = "/dev/null";
+  pid_t f = spawn(flood);
+  pid_t w = start_workload(job, 0, "cudaMalloc:1,cudaFree:1,cudaStreamSynchronize:1", 500,
+                           {{"MOCK_CUDA_SYNC_CPU_US", "2000"}, {"MOCK_CUDA_MALLOC_CPU_US", "400"}});
+  const int rc = wait_exit(w, std::chrono::seconds(90));
+  const std::int64_t end = now_ns();
+  const CpuWeather::Seen seen = weather.on(0);
+  kill_and_reap(f);
+  ASSERT_EQ(rc, 0);
+  settle();
+  const auto chains = chains_of(*daemon_, job.label());
+  std::cout << "interrupts on CPU 0: mean " << seen.mean_irq() << ", max " << seen.max_irq << "\n";
+  for (const auto& c : chains) std::cout << "  " << c.kind << ": " << c.summary << "\n";
+  Verdict v{"softirqs on the job's core", "cpu_steal", 0, start + 300'000'000, end, seen};
+  v.also = {"cpu_contention"};
+  if (seen.mean_irq() < 0.15) {
+    std::cout << "the flood put only " << seen.mean_irq()
+              << " of CPU 0 in interrupts: too little to expect a chain of it\n";
+    return;
+  }
+  v.judge(chains);
+  bool named = false;
+  for (const auto& c : chains) {
+    if (c.kind != "cpu_steal" && c.kind != "cpu_contention") continue;
+    const std::string all = c.summary + " " + c.recommendation + " " + c.contributors;
+    if (all.find("NET_RX") != std::string::npos && all.find("rps_cpus") != std::string::npos) {
+      named = true;
+    }
+  }
+  EXPECT_TRUE(named) << "no chain names NET_RX and RPS";
+}
+
 }  // namespace
 }  // namespace stallwatch::test
 

@@ -1,6 +1,7 @@
 // cpu_contention: the CUDA-issuing thread was runnable but off-CPU (waiting for a CPU) for a
 // large share of its call time or of its wall time; names the preemptors. docs/chains.md.
 #include <algorithm>
+#include <charconv>
 
 #include "chains/format.h"
 #include "chains/rule.h"
@@ -86,7 +87,8 @@ std::string names_of(const std::vector<const Contributor*>& ks) {
 // helps for each kind of preemptor: no renice for kernel threads or the job's own threads.
 // Names here are already escaped (one printable line, escape_name); a unit that enters a
 // command is shell-quoted.
-Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
+Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns,
+              const std::vector<host::CpuStolen>& cpus) {
   std::vector<const Contributor*> outsiders, kernel, workers, own;
   for (const auto& k : c.contributors) {
     if (k.cpu_ns == 0 || k.cpu_ns < material_ns) continue;
@@ -141,9 +143,30 @@ Advice advise(const Chain& c, int host_cpus, std::uint64_t material_ns) {
              "workers of the same job compete with the CUDA-issuing thread");
   }
   if (!kernel.empty()) {
-    out.note("kernel threads (" + names_of(kernel) +
-             ") took the CPU: steer interrupts off the training cores (/proc/irq/*/smp_affinity, "
-             "irqbalance) or isolate them (isolcpus=, nohz_full=)");
+    // ksoftirqd/N runs the softirqs CPU N deferred: name the kind (the one raised most there)
+    // and what moves it.
+    const host::CpuStolen* softirq = nullptr;
+    for (const auto* k : kernel) {
+      const std::string& name = k->thread.empty() ? k->comm : k->thread;
+      if (!name.starts_with("ksoftirqd/")) continue;
+      int n = -1;
+      const char* digits = name.data() + 10;
+      const auto [end, ec] = std::from_chars(digits, name.data() + name.size(), n);
+      if (ec != std::errc() || end != name.data() + name.size()) continue;
+      for (const auto& cpu : cpus) {
+        if (cpu.cpu == n && !cpu.top_softirq.empty()) softirq = &cpu;
+      }
+      if (softirq) break;
+    }
+    if (softirq) {
+      out.note("kernel threads (" + names_of(kernel) + ") took the CPU: deferred interrupt work, " +
+               softirq_text(*softirq));
+      advise_softirq(out, *softirq);
+    } else {
+      out.note("kernel threads (" + names_of(kernel) +
+               ") took the CPU: steer interrupts off the training cores (/proc/irq/*/smp_affinity, "
+               "irqbalance) or isolate them (isolcpus=, nohz_full=)");
+    }
   }
   if (!own.empty()) {
     out.note(c.comm + "'s own threads (" + names_of(own) +
@@ -247,7 +270,8 @@ class CpuContention : public Rule {
             percent(s) + " of the time" +
             (top ? ", preempted by " + top->comm : std::string()));
     set_advice(c, advise(c, ctx.options.host_cpus,
-                              static_cast<std::uint64_t>(th_.material_share * chain_runnable * 1e9)));
+                         static_cast<std::uint64_t>(th_.material_share * chain_runnable * 1e9),
+                         ctx.snap.cpu_stolen));
     out.push_back(std::move(f));
   }
 
