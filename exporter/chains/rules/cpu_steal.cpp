@@ -4,7 +4,8 @@
 // preemptors show it; without this rule it is blamed on the call that happened to be running
 // (a 26 ms cudaMalloc read as the allocator growing its pool). Effect first: steal alone is the
 // weather of a cloud host (context on /metrics and in explain); a chain needs a call whose
-// on-CPU time rose above its baseline by no more than the stolen time can account for.
+// on-CPU time rose above its baseline by no more than the stolen time can account for, or, for
+// interrupts on the process's own CPUs, their share of its calls' on-CPU time (issue #50).
 // docs/chains.md.
 #include <algorithm>
 #include <optional>
