@@ -60,6 +60,13 @@ double WindowContext::excess_runnable_share(const ProcessWindow& p, std::uint32_
   return std::clamp(runnable / excess, 0.0, 1.0);
 }
 
+double WindowContext::rise_runnable_share(const CallTotals& t, double ref_s) {
+  const double rise =
+      static_cast<double>(t.sum_ns) - std::max(0.0, ref_s * 1e9) * static_cast<double>(t.count);
+  if (rise <= 0) return 0;
+  return std::clamp(static_cast<double>(t.runnable_ns) / rise, 0.0, 1.0);
+}
+
 std::optional<WindowContext::Stolen> WindowContext::stolen(const ProcessWindow& p) const {
   Stolen s;
   int n = 0;

@@ -77,6 +77,10 @@ struct WindowContext {
   // call. A slow call that mostly waited for a CPU is CPU contention, whatever the call.
   double excess_runnable_share(const ProcessWindow& p, std::uint32_t call_id,
                                const CallTotals& t, double ref_s) const;
+  // The same over the whole rise of the window's calls (their time above count × `ref_s`),
+  // from the window's totals, 0..1: for rules that judge a window's slowdown, not one call, so
+  // that one preempted call does not decide for the window (issue #50).
+  static double rise_runnable_share(const CallTotals& t, double ref_s);
   // Time the hypervisor and interrupts took from the CPUs the process may run on (all, when
   // unknown): the mean shares over those CPUs (what a thread that spreads over them loses;
   // where it ran is not known, and one CPU serving the GPU's interrupts must not be blamed

@@ -450,6 +450,7 @@ const std::map<std::string, std::string>& samples() {
       {"outlier-threshold", "2ms"},
       {"stacks", "off"},
       {"library-dirs", "/opt/cuda/lib"},
+      {"cgroup-roots", "/kubepods.slice"},
       {"attach-on-disk", "true"},
       {"uprobe-multi", "off"},
       {"probe-sites", "entry"},

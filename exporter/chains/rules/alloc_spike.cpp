@@ -24,6 +24,15 @@ struct Thresholds {
   double contention_share = 0.5;
 };
 
+// The process's longest outlier record of `call_id` this window; null when none.
+const trace::OutlierRecord* longest_of(const WindowContext& ctx, const ProcessWindow& p,
+                                       std::uint32_t call_id) {
+  for (const auto& r : ctx.outliers.worst) {  // longest first
+    if (static_cast<int>(r.tgid) == p.pid && r.call_id == call_id) return &r;
+  }
+  return nullptr;
+}
+
 Advice advise() {
   Advice out;
   out.command(Command("export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
@@ -51,12 +60,24 @@ class AllocSpike : public Rule {
       double ref = b ? b->median_p50() : (t.count >= ctx.options.thresholds.min_calls ? st.p50 : 0);
       if (ref <= 0) continue;
       const double worst = secs(st.max_ns);
-      if (worst < std::max(th_.ratio * ref, th_.min_s)) continue;
+      const double spike_s = std::max(th_.ratio * ref, th_.min_s);
+      if (worst < spike_s) continue;
+      // Mostly a wait for a CPU: cpu_contention's.
       if (ctx.excess_runnable_share(p, id, t, ref) >= th_.contention_share) continue;
-      // Nor when its CPU lost that much time to the hypervisor or interrupts (cpu_steal).
-      if (auto st = ctx.stolen(p);
-          st && st->mean.total() * window >= th_.contention_share * (worst - ref) * 1e9) {
-        continue;
+      const auto stolen = ctx.stolen(p);
+      if (const trace::OutlierRecord* r = longest_of(ctx, p, id)) {
+        // The call itself, as the kernel split it (issue #50): less its wait for a CPU, and less
+        // the part of its on-CPU time the hypervisor and interrupts took on its CPUs. What is
+        // left must still be a spike; the rest is cpu_contention's or cpu_steal's.
+        const double runnable = static_cast<double>(r->runnable_ns);
+        const double oncpu = std::max(
+            0.0, static_cast<double>(r->duration_ns) - runnable - static_cast<double>(r->blocked_ns));
+        const double taken = stolen ? stolen->mean.total() * oncpu : 0;
+        const double own_s = (static_cast<double>(r->duration_ns) - runnable - taken) / 1e9;
+        if (own_s < spike_s) continue;
+      } else if (stolen &&
+                 stolen->mean.total() * window >= th_.contention_share * (worst - ref) * 1e9) {
+        continue;  // no record to split: its CPU lost that much to steal or interrupts
       }
 
       auto& spikes = spikes_[{p.cgroup, p.pid}];

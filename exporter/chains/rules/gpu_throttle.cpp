@@ -117,7 +117,9 @@ class GpuThrottle : public Rule {
       const double mean = stat_of(id, t).mean();
       const double ratio = mean / b->median_mean();
       if (ratio < th_.growth || ratio <= worst_ratio) continue;
-      if (ctx.excess_runnable_share(p, id, t, b->median_mean()) >= th_.runnable_share) continue;
+      // The CPU wait's share of the window's whole rise, not of its longest call: one call
+      // preempted inside does not refuse a window whose rise the clock explains (issue #50).
+      if (WindowContext::rise_runnable_share(t, b->median_mean()) >= th_.runnable_share) continue;
       worst = &t;
       worst_id = id;
       worst_ratio = ratio;
