@@ -279,6 +279,19 @@ Result<std::int64_t> bounded_count(const std::string& text, const std::string& s
   return n;
 }
 
+// The non-empty items of a comma list ("a,,b" is a, b).
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    if (comma > start) out.push_back(text.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
 bool valid_listen(const std::string& s) {
   auto colon = s.rfind(':');
   if (colon == std::string::npos || colon + 1 >= s.size()) return false;
@@ -376,26 +389,13 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     o.max_libraries = static_cast<size_t>(*n);
   }
   if (const std::string* dirs = text_flag(flags, "library-dirs", &source)) {
-    size_t start = 0;
-    while (start <= dirs->size()) {
-      size_t comma = dirs->find(',', start);
-      if (comma == std::string::npos) comma = dirs->size();
-      std::string d = dirs->substr(start, comma - start);
-      if (!d.empty()) {
-        if (d[0] != '/') return make_error(source + ": " + d + " is not an absolute path");
-        o.library_dirs.push_back(std::move(d));
-      }
-      start = comma + 1;
+    for (std::string& d : comma_list(*dirs)) {
+      if (d[0] != '/') return make_error(source + ": " + d + " is not an absolute path");
+      o.library_dirs.push_back(std::move(d));
     }
   }
   if (const std::string* roots = text_flag(flags, "cgroup-roots", &source)) {
-    size_t start = 0;
-    while (start <= roots->size()) {
-      size_t comma = roots->find(',', start);
-      if (comma == std::string::npos) comma = roots->size();
-      std::string r = roots->substr(start, comma - start);
-      start = comma + 1;
-      if (r.empty()) continue;
+    for (std::string& r : comma_list(*roots)) {
       while (r.size() > 1 && r.back() == '/') r.pop_back();
       if (r[0] != '/' || r.find("/../") != std::string::npos || r.ends_with("/..") ||
           r.find('\0') != std::string::npos) {

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "common/json.h"
@@ -107,6 +108,20 @@ class GpuFaults : public ::testing::Test {
         },
         30s, 100ms);
   }
+  // A job in `cg` whose synchronize hangs while the file `hold` exists (it is made here), on GPU
+  // 0 and mapped to it by the daemon.
+  static std::unique_ptr<Child> hung_job(const TestCgroup& cg, const std::string& hold,
+                                         const std::string& calls) {
+    std::ofstream(hold).put('1');
+    Spawn s;
+    s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", calls, "--start-delay-ms", "300"};
+    s.env = {{"MOCK_CUDA_HOLD_FILE", hold}};
+    s.cgroup_dir = cg.dir();
+    auto w = std::make_unique<Child>(s);
+    gpu0(w->pid(), 1980, "0x0");
+    EXPECT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+    return w;
+  }
   static double active(const std::string& cgroup, const std::string& kind) {
     auto x = parse_exposition(daemon_->metrics());
     return sum_samples(x, "stallwatch_chain_active", {{"cgroup", cgroup}, {"kind", kind}});
@@ -186,15 +201,9 @@ TEST_F(GpuFaults, ClockHeldDownOpensAChainOnlyWhenTheJobSlowed) {
 TEST_F(GpuFaults, XidUnderAHungSynchronizeIsNamedByTheHang) {
   TestCgroup cg(unique("xid"));
   const std::string hold = std::string(TEST_SCRATCH_DIR) + "/gpu-hold-" + std::to_string(getpid());
-  std::ofstream(hold).put('1');
-  Spawn s;
-  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaMalloc:1,cudaStreamSynchronize:1",
-            "--start-delay-ms", "300"};
-  s.env = {{"MOCK_CUDA_HOLD_FILE", hold}};
-  s.cgroup_dir = cg.dir();
-  Child w(s);
-  gpu0(w.pid(), 1980, "0x0");
-  ASSERT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+  const auto job = hung_job(cg, hold, "cudaMalloc:1,cudaStreamSynchronize:1");
+  ASSERT_FALSE(HasFailure());
+  Child& w = *job;
   const std::string pid = std::to_string(w.pid());
   // A hostile line (escape sequences, a command substitution), a malformed one, then the GPU
   // falls off the bus.
@@ -259,15 +268,9 @@ TEST_F(GpuFaults, XidUnderAHungSynchronizeIsNamedByTheHang) {
 TEST_F(GpuFaults, AGpuThatFallsOffTheBusStaysKnown) {
   TestCgroup cg(unique("lost"));
   const std::string hold = std::string(TEST_SCRATCH_DIR) + "/gpu-lost-" + std::to_string(getpid());
-  std::ofstream(hold).put('1');
-  Spawn s;
-  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
-            "--start-delay-ms", "300"};
-  s.env = {{"MOCK_CUDA_HOLD_FILE", hold}};
-  s.cgroup_dir = cg.dir();
-  Child w(s);
-  gpu0(w.pid(), 1980, "0x0");
-  ASSERT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+  const auto job = hung_job(cg, hold, "cudaStreamSynchronize:1");
+  ASSERT_FALSE(HasFailure());
+  Child& w = *job;
   const std::size_t lost_lines_before = occurrences(slurp(daemon_->log_path()), ") is lost: ");
   kmsg("NVRM: Xid (PCI:0000:3b:00): 79, pid=" + std::to_string(w.pid()) +
        ", name=cuda_workload, GPU has fallen off the bus. (stallwatch test line, lost GPU)");
