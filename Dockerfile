@@ -3,13 +3,14 @@
 #   docker build -t ghcr.io/stallwatch/stallwatch:$(git describe --always) .
 #   docker push ghcr.io/stallwatch/stallwatch:...
 #
-# The build stage installs the dependencies and builds exactly as the README does
-# (scripts/install-deps.sh, then the .deb with `make deb`); the runtime stage installs that .deb
+# The build stage installs what the daemon and its package need (`scripts/install-deps.sh deb`:
+# no test tools) and builds the .deb with `make deb`; the runtime stage installs that .deb
 # into debian:bookworm-slim with apt, so the image holds the package's Depends and nothing else
 # (no compiler, no test libraries). tests/packaging/chroot_test.sh proves the runtime stage
 # without a container runtime: the same .deb installed by apt into an mmdebstrap'ed bookworm.
 # The daemon needs the host's /proc, /sys and tracefs and some capabilities: see
-# deploy/kubernetes/daemonset.yaml, or for a single host:
+# deploy/kubernetes/base/daemonset.yaml (or the Helm chart deploy/helm/stallwatch), or for a single
+# host:
 #   docker run --rm --pid=host --network=host --cap-add=BPF --cap-add=PERFMON \
 #     --cap-add=SYS_ADMIN --cap-add=SYS_PTRACE --cap-add=DAC_READ_SEARCH --cap-add=SYS_RESOURCE \
 #     --cap-add=SYSLOG --device /dev/kmsg --gpus all -e NVIDIA_DRIVER_CAPABILITIES=utility \
@@ -25,9 +26,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends git ca-
 WORKDIR /src
 # The dependencies first, so that a source change does not reinstall them.
 COPY scripts/install-deps.sh scripts/install-deps.sh
-COPY tests/e2e/otlp/package.json tests/e2e/otlp/package-lock.json tests/e2e/otlp/
-COPY tests/deploy/package.json tests/deploy/package-lock.json tests/deploy/
-RUN bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN bash scripts/install-deps.sh deb && rm -rf /var/lib/apt/lists/*
 COPY . .
 # `make deb` configures, builds and packages: build/stallwatch_<version>_<arch>.deb.
 RUN make deb && mkdir /out && cp build/stallwatch_*.deb /out/

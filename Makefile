@@ -1,41 +1,64 @@
 # The two entry points of the README: `sudo make run` and `make test`. Both install what they
-# need from Debian packages first (idempotent), configure and build into build/.
+# need from Debian packages first (scripts/install-deps.sh, idempotent) and build into build/:
+# `run` only what the daemon needs (install-deps.sh run) and only its CMake target, `stallwatch`;
+# `test` every dependency (install-deps.sh test) and every target (issue #51).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 LISTEN ?= 0.0.0.0:9464
 DB ?= /var/lib/stallwatch/stallwatch.db
 
-.PHONY: all deps build run test test-unit test-privileged test-e2e test-kernels test-asan fuzz fuzz-smoke \
-	accuracy bench clean deb
+.PHONY: all deps deps-run deps-deb daemon build run test test-unit test-privileged test-e2e \
+	test-kernels test-asan fuzz fuzz-smoke accuracy bench clean deb
 
 all: build
 
 deps:
-	BUILD=$(BUILD) bash scripts/install-deps.sh
+	BUILD=$(BUILD) bash scripts/install-deps.sh test
+
+deps-run:
+	BUILD=$(BUILD) bash scripts/install-deps.sh run
+
+deps-deb:
+	BUILD=$(BUILD) bash scripts/install-deps.sh deb
 
 # -Werror here (development and CI); a plain CMake build leaves warnings as warnings.
+CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTALLWATCH_WERROR=ON
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTALLWATCH_WERROR=ON
+	$(CONFIGURE)
+
+# The daemon alone, from the `run` dependencies. A tree configured here, before the test tools
+# were installed, is marked: `make build` configures it once more, so that CMake finds what came
+# since (help2man for the man page, node, promtool).
+daemon: deps-run
+	@if [ ! -f $(BUILD)/CMakeCache.txt ]; then \
+	  echo "make: configuring $(BUILD) for the daemon"; \
+	  $(CONFIGURE) && touch $(BUILD)/.configured-for-daemon; \
+	fi
+	cmake --build $(BUILD) -j $(JOBS) --target stallwatch
 
 build: deps $(BUILD)/CMakeCache.txt
+	@if [ -f $(BUILD)/.configured-for-daemon ]; then \
+	  echo "make: configuring $(BUILD) again: the test dependencies are installed now"; \
+	  $(CONFIGURE) && rm -f $(BUILD)/.configured-for-daemon; \
+	fi
 	cmake --build $(BUILD) -j $(JOBS)
 
 # build/stallwatch_<version>_<arch>.deb (CPack, Depends from dpkg-shlibdeps). Configures again
 # first so that the package's version is the current commit's, as `stallwatch version` prints.
-deb: deps
+deb: deps-deb
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && cpack -G DEB
 	@ls $(BUILD)/stallwatch_*.deb
 
-run: build
+run: daemon
 	mkdir -p $(dir $(DB))
 	$(BUILD)/stallwatch run --listen $(LISTEN) --db $(DB)
 
 # Every tier: unit (no root), privileged (real eBPF; skipped with exit 77 without root), e2e
 # (real receivers on 127.0.0.1); then each libFuzzer harness briefly (issue #15). The unit tier
 # under AddressSanitizer and UBSan is `make test-asan` (a second full build: CI runs it after
-# this; README "Tests" has the timings).
+# this; docs/development.md "Tests" has the timings).
 test: build
 	cd $(BUILD) && ctest --output-on-failure
 	$(MAKE) fuzz-smoke
@@ -51,7 +74,7 @@ test-e2e: build
 
 # The kernel matrix (issue #38): Debian 12's 6.1 and bookworm-backports' 6.12 booted in qemu
 # (TCG), the host's tree shared read-only, the daemon's check, exact counts, off-CPU and a
-# chain, Python frames run as root in each (tests/kernels/run.sh; README "Kernels").
+# chain, Python frames run as root in each (tests/kernels/run.sh; docs/development.md "Kernels").
 test-kernels: build
 	bash tests/kernels/run.sh || [ $$? -eq 77 ]
 
