@@ -144,7 +144,7 @@ for pkg in "${kernels[@]}"; do
     fi
   done < "$results/summary"
   summary+=("$line")
-  # The check lines, for the README's per-kernel table.
+  # The check lines, for the per-kernel table of docs/development.md.
   sed -n 's/^\(ok\|warn\|FAIL\) *\([a-z_]*\) .*/    \1 \2/p' "$results/check.log" | tr '\n' ' ' |
     sed "s/^/  [$version] check:/"; echo
 done

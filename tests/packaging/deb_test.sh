@@ -70,7 +70,7 @@ for cmd in run check explain query demo stacks export mcp; do
 done
 grep -qF "$version" <<< "$man" || fail "the man page does not name version $version"
 
-# lintian: no errors; warnings are printed (README "Install from the .deb" explains them).
+# lintian: no errors; warnings are printed (docs/deployment.md "Install from the .deb" explains them).
 lintian --fail-on error --no-tag-display-limit "$deb" > "$out/deb/lintian.txt" 2>&1 || {
   cat "$out/deb/lintian.txt" >&2
   fail "lintian reports errors"

@@ -375,7 +375,7 @@ TEST(SeriesBudget, WorkloadsSharingAKeyGoByTheirPaths) {
   EXPECT_TRUE(HasLine(text, R"(stallwatch_offcpu_seconds_total{workload="fluent-bit.service",state="runnable"} 1e-09)"));
 }
 
-// An 8-GPU node with one such workload per GPU (the README's "What a node costs"): the bytes of
+// An 8-GPU node with one such workload per GPU (docs/metrics.md "What a node costs"): the bytes of
 // one scrape, text and gzip'd, at the defaults and as before.
 TEST(SeriesBudget, EightGpuNode) {
   Snapshot node;

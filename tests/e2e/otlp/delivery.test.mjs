@@ -154,7 +154,7 @@ test(
         t.diagnostic(`logged: ${line}`);
         assert.ok(
           line.includes(REJECT_BODY) || demo.output().includes(REJECT_BODY),
-          `the receiver's answer is logged (README: "logged once with the receiver's answer"): ${line}`,
+          `the receiver's answer is logged (docs/integrations.md: "logged once with the receiver's answer"): ${line}`,
         );
         assert.equal(
           demo

@@ -136,7 +136,7 @@ test('logs: memcpy-bottleneck is medium (WARN 13)', { timeout: 120_000 }, async 
 });
 
 // A cold start is reported once and closed in the same window: the chain still opened (the demo
-// prints "chain opened"), so its opened record goes out as well as the closed one (README: one
+// prints "chain opened"), so its opened record goes out as well as the closed one (docs/integrations.md: one
 // record per chain opened, severity change and close).
 test('logs: cold-start is low (INFO 9), opened and closed', { timeout: 120_000 }, async (t) => {
   const run = await chainRecords(t, 'cold-start', ['closed']);
