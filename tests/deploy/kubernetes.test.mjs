@@ -1,124 +1,48 @@
-// Offline validation of deploy/kubernetes, no cluster needed:
-// - every document against the Kubernetes 1.3x OpenAPI schema (kubernetes-models) and the
-//   Prometheus Operator CRD schemas (@kubernetes-models/prometheus-operator), compiled ajv
-//   validators: types, enums, required fields;
-// - unknown fields (what `kubectl apply --validate=strict` refuses and ajv lets through): each
-//   document becomes a TypeScript object literal typed with the package's interface, and tsc's
-//   excess-property check names any field the API does not have;
+// Offline validation of deploy/kubernetes (the base and the operator overlay, file by file), no
+// cluster and no kubectl needed (helm.test.mjs checks what kustomize and Helm render):
+// - every document against the Kubernetes and Prometheus Operator schemas, and no field the
+//   API does not know (schemas.mjs: ajv, and tsc's excess-property check);
 // - the properties the deployment relies on (hostPID, capabilities instead of privileged, the
-//   host mounts, /healthz probes, NODE_NAME, the ServiceMonitor's interval and honorLabels, RBAC
-//   limited to reading pods, the PrometheusRule's groups equal alerts/stallwatch.rules.yml);
+//   host mounts, /healthz probes, NODE_NAME, the ServiceMonitor's interval, honorLabels and
+//   job label, RBAC limited to reading pods, the PrometheusRule's groups equal
+//   alerts/stallwatch.rules.yml);
 // - and that the checker itself rejects broken manifests.
-// Run: cd tests/deploy && node --test   (packages: npm ci, or scripts/install-deps.sh)
+// Run: cd tests/deploy && node --test kubernetes.test.mjs   (packages: scripts/install-deps.sh)
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, readdirSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import YAML from "yaml";
-import ts from "typescript";
-import { Namespace, Service, ServiceAccount } from "kubernetes-models/v1";
-import { DaemonSet } from "kubernetes-models/apps/v1";
-import { ClusterRole, ClusterRoleBinding } from "kubernetes-models/rbac.authorization.k8s.io/v1";
-import { ServiceMonitor, PrometheusRule } from
-  "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1";
+import { parseFile, schemaErrors, typeErrors } from "./schemas.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, "../..");
 const k8sDir = path.join(repo, "deploy/kubernetes");
 const rulesFile = path.join(repo, "alerts/stallwatch.rules.yml");
 
-// apiVersion/kind → the model class (ajv) and the TypeScript interface (strict fields).
-const kinds = {
-  "v1/Namespace": { model: Namespace, type: ["kubernetes-models/v1/Namespace", "INamespace"] },
-  "v1/Service": { model: Service, type: ["kubernetes-models/v1/Service", "IService"] },
-  "v1/ServiceAccount": {
-    model: ServiceAccount, type: ["kubernetes-models/v1/ServiceAccount", "IServiceAccount"] },
-  "apps/v1/DaemonSet": {
-    model: DaemonSet, type: ["kubernetes-models/apps/v1/DaemonSet", "IDaemonSet"] },
-  "rbac.authorization.k8s.io/v1/ClusterRole": {
-    model: ClusterRole,
-    type: ["kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole", "IClusterRole"] },
-  "rbac.authorization.k8s.io/v1/ClusterRoleBinding": {
-    model: ClusterRoleBinding,
-    type: ["kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding",
-      "IClusterRoleBinding"] },
-  "monitoring.coreos.com/v1/ServiceMonitor": {
-    model: ServiceMonitor,
-    type: ["@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor",
-      "IServiceMonitor"] },
-  "monitoring.coreos.com/v1/PrometheusRule": {
-    model: PrometheusRule,
-    type: ["@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PrometheusRule",
-      "IPrometheusRule"] },
-};
-
-function parseFile(file) {
-  const docs = YAML.parseAllDocuments(readFileSync(file, "utf8"), { prettyErrors: true });
-  return docs.map((d, i) => {
-    if (d.errors.length) throw new Error(`${file} document ${i + 1}: ${d.errors[0].message}`);
-    return d.toJS({ maxAliasCount: -1 });
-  }).filter((o) => o !== null);
-}
-
-// Schema errors of one object (ajv, through the model class), as strings; [] when valid.
-function schemaErrors(obj) {
-  const entry = kinds[`${obj?.apiVersion}/${obj?.kind}`];
-  if (!entry) return [`unknown apiVersion/kind ${obj?.apiVersion}/${obj?.kind}`];
-  try {
-    new entry.model(obj).validate();
-    return [];
-  } catch (e) {
-    return [e.message];
-  }
-}
-
-// Unknown-field and type errors of a list of objects, from tsc's excess-property check.
-function typeErrors(objs) {
-  const virtual = path.join(here, "__manifests__.ts");  // never written to disk
-  const lines = [];
-  objs.forEach((obj, i) => {
-    const entry = kinds[`${obj.apiVersion}/${obj.kind}`];
-    if (!entry) return;
-    lines.push(`import type { ${entry.type[1]} as T${i} } from "${entry.type[0]}";`);
-    lines.push(`export const m${i}: T${i} = ${JSON.stringify(obj, null, 2)};`);
-  });
-  const source = lines.join("\n") + "\n";
-  const options = {
-    strict: true, noEmit: true, target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.NodeNext,
-    moduleResolution: ts.ModuleResolutionKind.NodeNext, skipLibCheck: true, types: [],
-  };
-  const host = ts.createCompilerHost(options);
-  const getSourceFile = host.getSourceFile.bind(host);
-  host.getSourceFile = (name, lang, ...rest) => name === virtual
-    ? ts.createSourceFile(name, source, lang) : getSourceFile(name, lang, ...rest);
-  const fileExists = host.fileExists.bind(host);
-  host.fileExists = (name) => name === virtual || fileExists(name);
-  const readFile = host.readFile.bind(host);
-  host.readFile = (name) => name === virtual ? source : readFile(name);
-  const program = ts.createProgram([virtual], options, host);
-  return ts.getPreEmitDiagnostics(program).map((d) => {
-    const msg = ts.flattenDiagnosticMessageText(d.messageText, "\n");
-    if (!d.file) return msg;
-    const { line } = d.file.getLineAndCharacterOfPosition(d.start);
-    const text = d.file.text.split("\n")[line].trim();
-    return `${msg} (at: ${text})`;
-  });
-}
-
-const kustomization = parseFile(path.join(k8sDir, "kustomization.yaml"))[0];
-const files = kustomization.resources;
-const objects = files.flatMap((f) => parseFile(path.join(k8sDir, f)).map((o) => ({ f, o })));
+// The files each kustomization lists (the overlay's `../base` is a directory, not a file).
+const layers = ["base", "operator"].map((dir) => {
+  const k = parseFile(path.join(k8sDir, dir, "kustomization.yaml"))[0];
+  return { dir, files: k.resources.filter((r) => /\.ya?ml$/.test(r)), bases: k.resources
+    .filter((r) => !/\.ya?ml$/.test(r)) };
+});
+const objects = layers.flatMap(({ dir, files }) => files.flatMap((f) =>
+  parseFile(path.join(k8sDir, dir, f)).map((o) => ({ f: `${dir}/${f}`, o }))));
 const find = (kind) => {
   const found = objects.filter(({ o }) => o.kind === kind).map(({ o }) => o);
   assert.equal(found.length, 1, `exactly one ${kind}`);
   return found[0];
 };
 
-test("kustomization lists every manifest in deploy/kubernetes, and nothing missing", () => {
-  const onDisk = readdirSync(k8sDir).filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml");
-  assert.deepEqual([...files].sort(), onDisk.sort());
+test("each kustomization lists every manifest beside it, and the overlay builds on the base", () => {
+  assert.deepEqual(readdirSync(k8sDir).sort(), ["base", "operator"]);
+  for (const { dir, files } of layers) {
+    const onDisk = readdirSync(path.join(k8sDir, dir))
+      .filter((f) => /\.ya?ml$/.test(f) && f !== "kustomization.yaml");
+    assert.deepEqual([...files].sort(), onDisk.sort(), dir);
+  }
+  assert.deepEqual(layers.map((l) => l.bases), [[], ["../base"]]);
 });
 
 test("every document passes the Kubernetes / Prometheus Operator schema", () => {
@@ -218,9 +142,10 @@ test("Service and ServiceMonitor: port metrics 9464, every 15 s, honorLabels", (
   assert.equal(sm.spec.endpoints[0].port, "metrics");
   assert.equal(sm.spec.endpoints[0].interval, "15s");
   assert.equal(sm.spec.endpoints[0].honorLabels, true);
-  // The absence alerts look for up{job="stallwatch"}: the job label is the Service's name.
-  assert.equal(svc.metadata.name, "stallwatch");
-  assert.equal(sm.spec.jobLabel, undefined);
+  // The absence alerts look for up{job="stallwatch"}: the job label is the value of the
+  // Service's label named by jobLabel, whatever the Service is called.
+  assert.equal(sm.spec.jobLabel, "app.kubernetes.io/name");
+  assert.equal(svc.metadata.labels[sm.spec.jobLabel], "stallwatch");
 });
 
 test("RBAC: the DaemonSet's service account may only read pods", () => {
