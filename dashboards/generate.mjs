@@ -204,6 +204,20 @@ function text(title, content, { w = 24, h = 6 } = {}) {
   };
 }
 
+// Panels added to an older row take ids after every other panel of their dashboard, wherever
+// they sit, so the panels after them keep their ids (viewPanel links): late(panel) marks one,
+// stableIds(panels) numbers the rest in order, then the late ones.
+const LATE = new WeakSet();
+function late(panel) {
+  LATE.add(panel);
+  return panel;
+}
+function stableIds(panels) {
+  let id = 1;
+  for (const q of [...panels.filter((x) => !LATE.has(x)), ...panels.filter((x) => LATE.has(x))]) q.id = id++;
+  return panels;
+}
+
 // ---------------------------------------------------------------- variables
 function queryVar(name, label, query, { description, multi = true, includeAll = true, allValue = '.*' } = {}) {
   return {
@@ -381,6 +395,22 @@ function overview() {
     ], { unit: 'cps', w: 16, min: 0 }));
   p.push(timeseries('CPU taken by the hypervisor and interrupts', 'stallwatch_cpu_stolen_ratio: share of the most affected CPU\'s time in the last window taken by the hypervisor (steal) or by interrupts (irq). Time the scheduler counts as the running thread\'s own: the cpu_steal chain.',
     [[`max by (instance, source) (stallwatch_cpu_stolen_ratio${SELF})`, '{{instance}} {{source}}']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+  // Self-monitoring (issue #51): what the daemon alerts of alerts/stallwatch.rules.yml read.
+  p.push(late(stat('Chain stores down', 'Daemons whose chain store (SQLite, --db) cannot be opened or written now (stallwatch_store_up == 0): tracing and /metrics go on, `stallwatch explain` on those nodes lacks what happens meanwhile. StallwatchStoreDown after 10 minutes. No series under --db none.',
+    [[`count(stallwatch_store_up${SELF} == 0) or vector(0)`, 'stores down']], { w: 4, h: 8, steps: [[1, 'red']] })));
+  p.push(late(table('BPF programs not loaded', 'stallwatch_bpf_programs_loaded == 0 per daemon and program (set at start; the *_multi copies, loaded only where the kernel has multi-uprobe links, left out). cuda_*, nccl_*, sched_*, fold_offcpu: the node is not traced (StallwatchBpfCoreProgramNotLoaded pages); inflight_calls: hung calls are not seen; a host hook (reclaim, OOM, block I/O, TCP): its evidence is missing (StallwatchBpfProgramNotLoaded). block_io_start/done are missing on every kernel before 6.5. The daemon\'s log says why.',
+    [['stallwatch_bpf_programs_loaded{job=~"$job", program!~".+_multi"} == 0', '']], {
+      w: 8,
+      h: 8,
+      organize: {
+        excludeByName: { Time: true, Value: true, __name__: true, job: true },
+        indexByName: { instance: 0, program: 1 },
+      },
+    })));
+  p.push(late(timeseries('stallwatch CPU', 'rate(process_cpu_seconds_total): CPU time of each daemon process (user and system, every thread), in cores: its own work in user space and the system calls it makes. The BPF programs run in the context of the threads that trigger them and are charged to those: the "What stallwatch costs the jobs" row.',
+    [[`sum by (instance) (rate(process_cpu_seconds_total${SELF}[${RI}]))`, '{{instance}}']], { unit: 'suffix: cores', w: 6, min: 0 })));
+  p.push(late(timeseries('stallwatch memory', 'process_resident_memory_bytes: resident memory of each daemon process.',
+    [[`max by (instance) (process_resident_memory_bytes${SELF})`, '{{instance}}']], { unit: 'bytes', w: 6, min: 0 })));
 
   // Appended after the older rows so their panel ids (viewPanel links) stay the same.
   p.push(row('GPUs'));
@@ -405,7 +435,7 @@ function overview() {
     title: 'GPU stalls — overview',
     description: 'stallwatch: open causal chains, CUDA call latency, off-CPU time of the CUDA-issuing threads, the health of the daemons, and the GPUs\' clocks, temperature, power and Xid errors.',
     tags: ['overview'],
-    panels: p,
+    panels: stableIds(p),
   });
 }
 

@@ -1,13 +1,17 @@
 // Every metric the dashboards read exists in the real daemon's exposition, with the labels the
 // dashboards filter and group on. The real binary ($STALLWATCH_BIN) runs `demo SCENARIO --listen
 // --hold` for scenarios that between them produce every family (OTLP self-metrics need
-// --otlp-endpoint: a closed port here), /metrics is scraped once each has its evidence, and every
-// name used (histogram samples _bucket/_sum/_count included) must be a sample name of it.
-// Series from other exporters are allowed by the explicit list below, and nothing else.
+// --otlp-endpoint: a closed port here; the store's, a --db in a temporary directory), /metrics
+// is scraped once each has its evidence, and every name used (histogram samples
+// _bucket/_sum/_count included) must be a sample name of it. Series from other exporters, and
+// the few that only `run` exports, are allowed by the explicit lists below, and nothing else.
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import test from 'node:test';
 import { freePort, startDemo, stopDemo, waitFor } from '../e2e/otlp/demo.mjs';
-import { EXPECTED, expressions, loadDashboard, metricNames, selectors } from './lib.mjs';
+import { EXPECTED, expressions, here, loadDashboard, metricNames, selectors } from './lib.mjs';
 
 // Not stallwatch's: dcgm-exporter's GPU utilisation (its labels, with Kubernetes pod mapping)
 // and Prometheus' own per-target series.
@@ -16,12 +20,21 @@ const EXTERNAL = {
   up: [],
   scrape_duration_seconds: [],
 };
+// The daemon's own families that only `run` exports (the README's metric reference says so),
+// with their labels: no demo loads BPF programs or reports its process. Each name must at least
+// be one metrics/model.cpp exports.
+const RUN_ONLY = {
+  stallwatch_bpf_programs_loaded: ['program'],
+  process_cpu_seconds_total: [],
+  process_resident_memory_bytes: [],
+};
 // Labels Prometheus adds to every scraped series, and the histogram bucket label.
 const TARGET_LABELS = ['job', 'instance'];
 
-// Scenario, extra flags, and the sample that says it has reached its evidence.
+// Scenario, extra flags, the sample that says it has reached its evidence, whether it pushes
+// OTLP (to a closed port) and whether it keeps a store (the others run with --db none).
 const SCENARIOS = [
-  ['incident', ['--hold'], 'stallwatch_cuda_call_duration_seconds_bucket', true],
+  ['incident', ['--hold'], 'stallwatch_cuda_call_duration_seconds_bucket', true, true],
   // The OOM kill comes after the hold phase: let the story run (fast windows) past it.
   ['memory-pressure', ['--window', '200ms'], 'stallwatch_oom_kills_total', false],
   ['io-stall', ['--hold'], 'stallwatch_block_io_duration_seconds_bucket', false],
@@ -64,9 +77,10 @@ async function scrape(url) {
 
 async function exposition(settings = []) {
   const closed = await freePort(); // nothing listens there: OTLP attempts fail, metrics appear
+  const dir = mkdtempSync(join(tmpdir(), 'stallwatch-dashboards-'));
   const all = new Map();
-  const runs = SCENARIOS.map(async ([scenario, flags, ready, otlp]) => {
-    const args = ['--window', '1s', '--db', 'none', ...flags, ...settings];
+  const runs = SCENARIOS.map(async ([scenario, flags, ready, otlp, store]) => {
+    const args = ['--window', '1s', '--db', store ? join(dir, `${scenario}.db`) : 'none', ...flags, ...settings];
     if (otlp) args.push('--otlp-endpoint', `http://127.0.0.1:${closed}`);
     const demo = await startDemo({ scenario, args, timeoutMs: 20000 });
     try {
@@ -74,7 +88,8 @@ async function exposition(settings = []) {
         async () => {
           const t = await scrape(demo.url);
           const has = (n) => new RegExp(`^${n}[{ ]`, 'm').test(t);
-          return has('stallwatch_chain_active') && has(ready) && (!otlp || has('stallwatch_otlp_failures_total')) && t;
+          return has('stallwatch_chain_active') && has(ready) && (!otlp || has('stallwatch_otlp_failures_total')) &&
+            (!store || has('stallwatch_store_up')) && t;
         },
         { timeoutMs: 45000, intervalMs: 250, what: `${ready} in /metrics of demo ${scenario}` },
       );
@@ -83,8 +98,12 @@ async function exposition(settings = []) {
       await stopDemo(demo);
     }
   });
-  for (const m of await Promise.all(runs)) {
-    for (const [name, labels] of m) all.set(name, new Set([...(all.get(name) ?? []), ...labels]));
+  try {
+    for (const m of await Promise.all(runs)) {
+      for (const [name, labels] of m) all.set(name, new Set([...(all.get(name) ?? []), ...labels]));
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
   }
   return all;
 }
@@ -97,6 +116,7 @@ function problemsWith(exposed, used) {
   const native = (name) => !exposed.has(name) && exposed.has(`${name}_bucket`);
   const labelsOf = (name) => {
     if (name in EXTERNAL) return new Set([...EXTERNAL[name], ...TARGET_LABELS]);
+    if (name in RUN_ONLY) return new Set([...RUN_ONLY[name], ...TARGET_LABELS]);
     if (native(name)) return new Set([...exposed.get(`${name}_bucket`)].filter((l) => l !== 'le').concat(TARGET_LABELS));
     return new Set([...(exposed.get(name) ?? []), ...TARGET_LABELS]);
   };
@@ -107,7 +127,7 @@ function problemsWith(exposed, used) {
       if (names.length === 0) problems.push(`${f} ${where}: reads no metric: ${expr}`);
       for (const n of names) {
         used.add(n);
-        if (n in EXTERNAL) continue;
+        if (n in EXTERNAL || n in RUN_ONLY) continue;
         if (!n.startsWith('stallwatch_')) problems.push(`${f} ${where}: ${n} is neither stallwatch's nor in the allowed list`);
         else if (!exposed.has(n) && !native(n)) {
           const family = n.replace(/_(bucket|sum|count)$/, '');
@@ -139,6 +159,11 @@ function problemsWith(exposed, used) {
   return problems;
 }
 
+test('the run-only families the dashboards may read are exported by metrics/model.cpp', () => {
+  const model = readFileSync(join(here, '..', '..', 'metrics', 'model.cpp'), 'utf8');
+  for (const n of Object.keys(RUN_ONLY)) assert.ok(model.includes(`"${n}"`), `metrics/model.cpp exports no ${n}`);
+});
+
 test('every metric and label the dashboards use is in the exposition of the real daemon', { timeout: 120000 }, async () => {
   const exposed = await exposition();
   const used = new Set();
@@ -154,6 +179,10 @@ test('every metric and label the dashboards use is in the exposition of the real
     'stallwatch_tcp_retransmits_total', 'stallwatch_nccl_op_duration_seconds_sum', 'stallwatch_nccl_op_bytes_total',
     'stallwatch_cuda_call_offcpu_seconds_total', 'DCGM_FI_DEV_GPU_UTIL', 'up', 'scrape_duration_seconds',
   ]) {
+    assert.ok(used.has(n), `no dashboard reads ${n}`);
+  }
+  // And the self-monitoring of issue #51: what the daemon alerts read, and the daemon's CPU.
+  for (const n of ['stallwatch_store_up', 'stallwatch_bpf_programs_loaded', 'process_cpu_seconds_total']) {
     assert.ok(used.has(n), `no dashboard reads ${n}`);
   }
   // And those of issue #39 (the GPUs' own state).

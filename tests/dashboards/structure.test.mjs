@@ -9,11 +9,11 @@ import { join } from 'node:path';
 import test from 'node:test';
 import { EXPECTED, dashboardFiles, dashboardsDir, expressions, loadDashboard, metricNames, panels } from './lib.mjs';
 
-// The daemon's own series (and the host's stolen CPU, and the GPUs' own state: clocks, heat,
-// power, Xid errors) and other exporters' carry no workload labels; every other expression must
-// filter on all three workload variables (stallwatch_gpu_starvation_ratio and
-// stallwatch_workload_gpu_info are per workload).
-const NOT_PER_WORKLOAD = /^(up|scrape_duration_seconds|stallwatch_(build_info|events_lost_total|traced_processes|attached_\w+|outliers_total|snapshot_sequence|cpu_stolen_ratio|probe_sites|probe_trap_seconds|probe_cost_budget_ratio|store_\w+|otlp_\w+|gpu_(info|sm_clock_\w+|clock_\w+|temperature_celsius|power_\w+|xid_\w+|sample_failures_total)))$/;
+// The daemon's own series (its process_* ones included), the host's stolen CPU, the GPUs' own
+// state (clocks, heat, power, Xid errors) and other exporters' carry no workload labels; every
+// other expression must filter on all three workload variables (stallwatch_gpu_starvation_ratio
+// and stallwatch_workload_gpu_info are per workload).
+const NOT_PER_WORKLOAD = /^(up|scrape_duration_seconds|process_\w+|stallwatch_(build_info|bpf_programs_loaded|events_lost_total|traced_processes|attached_\w+|outliers_total|snapshot_sequence|cpu_stolen_ratio|probe_sites|probe_trap_seconds|probe_cost_budget_ratio|store_\w+|otlp_\w+|gpu_(info|sm_clock_\w+|clock_\w+|temperature_celsius|power_\w+|xid_\w+|sample_failures_total)))$/;
 
 test('the three dashboards are there and parse as JSON', () => {
   assert.deepEqual(dashboardFiles(), EXPECTED);
