@@ -41,6 +41,7 @@
 #include "trace/collector.h"
 #include "trace/sources.h"
 #include "trace/discovery.h"
+#include "trace/process_names.h"
 #include "trace/python.h"
 #include "host/gpu_monitor.h"
 #include "host/host_sampler.h"
@@ -273,9 +274,18 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   trace::EventQueue lib_events;
   // Python frames: the registry follows the CUDA processes discovery finds (--stacks=on).
   trace::PythonRegistry python(fs, o.stacks ? (*tracer)->map_fd("py_procs") : -1);
-  if (o.stacks) {
-    discovery.on_processes([&](int pid) { python.seen(pid); }, [&](int pid) { python.gone(pid); });
-  }
+  // Names of the processes found, for the last window of one that exits before the collector
+  // reads it alive (issue #51: a job shorter than a window had no rows in the store).
+  trace::ProcessNames names;
+  discovery.on_processes(
+      [&](int pid) {
+        names.found(pid, fs.comm(pid), fs.start_tag(pid));
+        if (o.stacks) python.seen(pid);
+      },
+      [&](int pid) {
+        names.gone(pid);
+        if (o.stacks) python.gone(pid);
+      });
   chains::SiteResolver sites(fs, &python);
   chains::OutlierSink outliers;
   (*tracer)->on_outlier([&](const trace::OutlierRecord& e) { outliers.add(e); });
@@ -296,8 +306,10 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                      "not sent (use https, or kubectl proxy on 127.0.0.1)";
   }
   identity::KubeMetadata kube(*kube_settings);
-  trace::Collector collector(trace::default_sources({**tracer, fs, resolver}), resolver, fs,
-                             {o.max_cgroups, &kube});
+  trace::Collector collector(
+      trace::default_sources({**tracer, fs, resolver}), resolver, fs,
+      {o.max_cgroups, &kube,
+       [&names](int pid, std::uint32_t tag) { return names.name(pid, tag); }});
   auto counts = [&] {
     return trace::TraceCounts{outliers.total(),
                               discovery.traced_processes(),
@@ -330,6 +342,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     s.login_denied = c.auth_denied;
     return s;
   };
+  if (keeper) popts.store_stats = [&keeper] { return keeper->stats(); };
   popts.cost_budget = o.cost_budget;
   std::map<std::string, double> budgeted;  // series cycled now, by the duty last logged
   bool said_uncyclable = false;
@@ -379,9 +392,9 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   host::GpuMonitor gpus(gopts, fs);
   gpus.start();
   std::set<std::string> announced;  // open chains already logged
-  auto window = [&] {
+  auto window = [&](std::chrono::nanoseconds length) {
     if (keeper) pipeline.set_store(keeper->get(), true);  // reopened when due (store_keeper.h)
-    auto snap = collector.collect(o.window, counts());
+    auto snap = collector.collect(length, counts());
     snap->self = host::read_self_stats();
     snap->bpf_programs = bpf_programs;
     snap->gpu = gpus.snapshot();
@@ -410,7 +423,8 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       }
     }
   };
-  run_guarded("window", window);
+  run_guarded("window", [&] { window(o.window); });
+  auto window_start = std::chrono::steady_clock::now();
   SW_LOG(kInfo) << "ready: listening on " << o.listen << ", window " << format_duration(o.window)
                 << ", " << procs << " processes with CUDA libraries, "
                 << discovery.attached_libraries() << " library files traced (cgroup2 at " << *mount
@@ -485,14 +499,44 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
       continue;
     }
     next += o.window;
-    run_guarded("window", window);
+    window_start = std::chrono::steady_clock::now();
+    run_guarded("window", [&] { window(o.window); });
     check_discovery();
     if (watchdog) sd_notify("WATCHDOG=1");
   }
-  sd_notify("STOPPING=1\nSTATUS=detaching probes");
+  sd_notify("STOPPING=1\nSTATUS=storing the last window");
   events.join();
   discoverer.join();
-  SW_LOG(kInfo) << "stopping: detaching probes";
+  // The partial window since the last one: what the job did before the stop is stored and
+  // published like any window (issue #51), then the store writes what is queued.
+  const auto partial = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - window_start);
+  run_guarded("window", [&] { window(std::max<std::chrono::nanoseconds>(partial, std::chrono::milliseconds(1))); });
+  std::string stored = "no store";
+  if (keeper) {
+    if (store::Store* st = keeper->get()) {
+      st->flush();
+      const StoreStats ss = keeper->stats();
+      stored = std::to_string(ss.batches_written) + " windows (" + std::to_string(ss.rows_written) +
+               " rows) written to " + o.db + ", " + std::to_string(ss.batches_dropped + ss.write_errors) +
+               " lost";
+    } else {
+      stored = "the store was off: the last window is only in /metrics and OTLP";
+    }
+  }
+  std::string otlp_said;
+  if (pusher) {
+    const OtlpStats os = pusher->stats();
+    std::uint64_t dropped = 0;
+    for (const auto& [why, n] : os.points_dropped) dropped += n;
+    otlp_said = "; OTLP: " + std::to_string(os.points_sent) + " points sent, " +
+                std::to_string(dropped) + " dropped, the last snapshot sent once more";
+    pusher.reset();
+  }
+  SW_LOG(kInfo) << "stopping: the last "
+                << format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(partial))
+                << " published as a window; "
+                << stored << otlp_said << "; detaching probes";
   return fatal ? 1 : 0;
 }
 

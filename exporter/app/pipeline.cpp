@@ -161,6 +161,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
     store_->enqueue(std::move(batch));
     snap->store = store_->stats();
   }
+  if (options_.store_stats) snap->store = options_.store_stats();
   snap->store.configured = store_configured_;
   if (options_.otlp) snap->otlp = options_.otlp->stats();
   if (options_.http_stats) snap->http = options_.http_stats();

@@ -31,6 +31,9 @@ struct PipelineOptions {
   size_t stored_outliers = 64;   // per window, longest first
   otlp::Pusher* otlp = nullptr;  // gets every published snapshot and changed chain; may be null
   std::function<HttpStats()> http_stats;  // the listener's counters (run); may be empty
+  // The store's counters for the process's life (run: app::StoreKeeper::stats, which carries
+  // them across reopened stores); empty: the open store's own.
+  std::function<StoreStats()> store_stats;
   // The cost budget (chains/budget.h): each window's duty plan goes to `launch_duty` (run:
   // discovery cycles the launches); 0 or no callback: none.
   double cost_budget = 0;

@@ -69,9 +69,36 @@ store::Store* StoreKeeper::get(Clock::time_point now) {
   return store_.get();
 }
 
+namespace {
+void add_counters(StoreStats& to, const StoreStats& s) {
+  to.batches_written += s.batches_written;
+  to.rows_written += s.rows_written;
+  to.batches_dropped += s.batches_dropped;
+  to.write_errors += s.write_errors;
+  to.rows_pruned += s.rows_pruned;
+}
+}  // namespace
+
+StoreStats StoreKeeper::stats() const {
+  StoreStats out = carried_;
+  out.configured = true;
+  if (store_) {
+    const StoreStats now = store_->stats();
+    add_counters(out, now);
+    out.enabled = now.enabled;
+    out.failing = now.failing;
+    out.corrupt = now.corrupt;
+    out.queue_size = now.queue_size;
+    out.db_bytes = now.db_bytes;
+  }
+  return out;
+}
+
 void StoreKeeper::close(const std::string& why) {
   SW_LOG(kWarn) << "store: closing " << options_.path << ": " << why
                 << " (what is queued is written if it can be; the rest is counted as lost)";
+  store_->flush();  // what is queued is written or counted before the counters are carried
+  add_counters(carried_, store_->stats());
   store_.reset();
   failing_ = false;
 }

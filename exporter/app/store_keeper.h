@@ -26,6 +26,9 @@ class StoreKeeper {
   // The store, opened now if it is closed and an attempt is due; null while it cannot be.
   store::Store* get(Clock::time_point now = Clock::now());
   bool up() const { return store_ != nullptr; }
+  // The store's counters for the daemon's life: those of stores closed and reopened since start
+  // are carried, so the exported counters never go back (issue #51). configured is true.
+  StoreStats stats() const;
   const std::string& last_error() const { return last_error_; }
 
  private:
@@ -38,6 +41,7 @@ class StoreKeeper {
   Clock::time_point failing_since_{};  // when the open store's writes started failing
   bool failing_ = false;
   std::string last_error_;
+  StoreStats carried_;  // counters of the stores closed so far
 };
 
 }  // namespace stallwatch::app

@@ -249,7 +249,19 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
                  current.taken.time_since_epoch())
                  .count();
   v.window_ns = current.window.count();
-  for (const auto& [label, s] : current.series) {
+  // Every series, and the labels of processes that exited with their cgroup (no series left):
+  // their last window still has process rows (trace::ExitedProcesses).
+  static const Series kNoSeries;
+  static const ExitedProcesses kNoneExited;
+  std::set<std::string> labels;
+  for (const auto& [label, s] : current.series) labels.insert(label);
+  for (const auto& [label, e] : current.exited) labels.insert(label);
+  for (const std::string& label : labels) {
+    const auto found = current.series.find(label);
+    const bool in_series = found != current.series.end();
+    const Series& s = in_series ? found->second : kNoSeries;
+    const auto ended = current.exited.find(label);
+    const ExitedProcesses& gone = ended != current.exited.end() ? ended->second : kNoneExited;
     const Series* before = find_series(previous, label);
     std::map<int, ProcessWindow> procs;
     auto proc = [&](int pid) -> ProcessWindow& {
@@ -270,7 +282,11 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
     }
     std::map<int, MemoryWindow> memory;
     std::map<int, std::uint64_t> worst_failures;
-    for (const auto& pc : s.processes) {
+    auto each_call = [&](auto&& fn) {
+      for (const auto& pc : s.processes) fn(pc);
+      for (const auto& pc : gone.calls) fn(pc);
+    };
+    each_call([&](const ProcessCall& pc) {
       auto it = old_calls.find({pc.pid, pc.call_id});
       CallTotals d = delta(pc.totals, it == old_calls.end() ? nullptr : it->second);
       if (trace::is_allocating_call(pc.call_id)) {
@@ -278,7 +294,9 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
         m.allocated += d.alloc_bytes;
         m.freed += d.freed_bytes;
         m.failures += d.alloc_failures;
-        m.live[static_cast<size_t>(trace::mem_kind(pc.call_id))] += pc.totals.live_bytes();
+        if (!pc.exited) {  // what an exited process held went with it
+          m.live[static_cast<size_t>(trace::mem_kind(pc.call_id))] += pc.totals.live_bytes();
+        }
         if (d.alloc_failures > 0) {
           m.failed_bytes = std::max(m.failed_bytes, d.failed_bytes);
           if (d.alloc_failures > worst_failures[pc.pid]) {
@@ -287,10 +305,10 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
           }
         }
       }
-      if (d.count == 0 && d.sum_ns == 0) continue;
+      if (d.count == 0 && d.sum_ns == 0) return;
       ProcessWindow& p = proc(pc.pid);
       p.calls[pc.call_id] = d;
-    }
+    });
     for (auto& [pid, m] : memory) {
       auto pit = procs.find(pid);
       if (pit != procs.end()) pit->second.memory = m;
@@ -305,15 +323,22 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       if (d.count == 0) continue;
       proc(pn.pid).nccl[pn.key].add(d);  // an NCCL process issues CUDA work: it belongs here
     }
-    for (const auto& [pid, info] : s.process_info) {
-      const ProcessInfo* old = nullptr;
-      if (before) {
-        auto it = before->process_info.find(pid);
-        if (it != before->process_info.end()) old = &it->second;
+    auto info_of = [&](int pid) -> const ProcessInfo* {
+      if (auto it = s.process_info.find(pid); it != s.process_info.end()) return &it->second;
+      if (auto it = gone.info.find(pid); it != gone.info.end()) return &it->second;
+      return nullptr;
+    };
+    for (const auto* infos : {&s.process_info, &gone.info}) {
+      for (const auto& [pid, info] : *infos) {
+        const ProcessInfo* old = nullptr;
+        if (before) {
+          auto it = before->process_info.find(pid);
+          if (it != before->process_info.end()) old = &it->second;
+        }
+        OffcpuTotals d = delta(info.offcpu, old ? &old->offcpu : nullptr);
+        if (!procs.count(pid) && d.runnable_ns + d.blocked_ns + d.oncpu_ns == 0) continue;
+        proc(pid).offcpu = d;
       }
-      OffcpuTotals d = delta(info.offcpu, old ? &old->offcpu : nullptr);
-      if (!procs.count(pid) && d.runnable_ns + d.blocked_ns + d.oncpu_ns == 0) continue;
-      proc(pid).offcpu = d;
     }
     std::map<std::pair<int, int>, const Preemptor*> old_pre;
     if (before) {
@@ -330,6 +355,17 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       auto pit = procs.find(pre.victim_pid);
       if (pit == procs.end()) continue;  // victim idle this window
       pit->second.preemptors.push_back(std::move(d));
+    }
+    if (!in_series) {  // the cgroup went with its processes: their rows only
+      for (auto& [pid, p] : procs) {
+        if (const ProcessInfo* info = info_of(pid)) {
+          p.comm = info->comm;
+          p.start_ns = info->start_ns;
+        }
+        p.first_seen = !seen_before.count(pid);
+        v.processes.push_back(std::move(p));
+      }
+      continue;
     }
     SeriesWindow sw = series_window(label, s, before, procs);
     // What the traps cost as they fired, then the launches of cycled processes scaled to
@@ -353,11 +389,10 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
     }
     v.series.emplace(label, std::move(sw));
     for (auto& [pid, p] : procs) {
-      auto it = s.process_info.find(pid);
-      if (it != s.process_info.end()) {
-        p.comm = it->second.comm;
-        p.start_ns = it->second.start_ns;
-        p.cpus = it->second.cpus;
+      if (const ProcessInfo* info = info_of(pid)) {
+        p.comm = info->comm;
+        p.start_ns = info->start_ns;
+        p.cpus = info->cpus;
       }
       p.first_seen = !seen_before.count(pid);
       std::sort(p.preemptors.begin(), p.preemptors.end(),

@@ -131,7 +131,14 @@ Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max
                          std::uint64_t& rows) {
   // At max_bytes, not only past it: max_page_count stops the main file exactly there.
   if (!force && database_bytes(db, path) < max_bytes) return Ok{};
-  const auto target = static_cast<std::uint64_t>(static_cast<double>(max_bytes) * 0.9);
+  auto target = static_cast<std::uint64_t>(static_cast<double>(max_bytes) * 0.9);
+  if (force) {
+    // A write found no room: the disk may be full long before --max-db. A tenth of what the
+    // database holds goes (the oldest windows first), so the pages it frees take the new ones.
+    auto live = live_bytes(db);
+    if (!live) return live.error();
+    target = std::min(target, static_cast<std::uint64_t>(static_cast<double>(*live) * 0.9));
+  }
   // Bounded: each round deletes at least one window (or one chunk of closed chains).
   for (int round = 0; round < 1000; round++) {
     auto live = live_bytes(db);

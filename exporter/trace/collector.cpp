@@ -85,6 +85,26 @@ ProcessInfo& Collector::process(Series& s, int pid) {
   return s.process_info.emplace(pid, std::move(info)).first->second;
 }
 
+ProcessInfo& Collector::exited_process(Snapshot& snap, const std::string& label, int pid,
+                                      std::uint32_t start_tag) {
+  std::map<int, ProcessInfo>& infos = snap.exited[label].info;
+  auto it = infos.find(pid);
+  if (it != infos.end()) return it->second;
+  ProcessInfo info;
+  info.pid = pid;
+  info.start_tag = start_tag;
+  info.exited = true;
+  auto cached = procs_.find(pid);
+  if (cached != procs_.end() &&
+      (start_tag == 0 || cached->second.start_tag == 0 || cached->second.start_tag == start_tag)) {
+    info.comm = cached->second.comm;
+    info.start_ns = cached->second.start_ns;
+  } else if (options_.exited_name) {
+    info.comm = options_.exited_name(pid, start_tag);
+  }
+  return infos.emplace(pid, std::move(info)).first->second;
+}
+
 std::string Collector::comm(int pid) {
   auto cached = procs_.find(pid);
   return cached != procs_.end() ? cached->second.comm : fs_.comm(pid);

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ namespace stallwatch::trace {
 struct CollectorOptions {
   size_t max_cgroups = 256;
   identity::KubeMetadata* kube = nullptr;  // pod/namespace/container names, when configured
+  // The name of a process that exited before the collector read it alive (a job shorter than a
+  // window), by PID and start tag; "" when unknown. May be empty (no names).
+  std::function<std::string(int, std::uint32_t)> exited_name;
 };
 
 struct TraceCounts {
@@ -62,6 +66,8 @@ class Collector : private SourceContext {
   identity::Identity cgroup_identity(std::uint64_t cgroup_id) override;
   bool alive(int pid, std::uint32_t start_tag) override;
   ProcessInfo& process(Series& s, int pid) override;
+  ProcessInfo& exited_process(Snapshot& snap, const std::string& label, int pid,
+                              std::uint32_t start_tag) override;
   bool known_process(int pid) override { return procs_.count(pid) > 0; }
   std::string comm(int pid) override;
 

@@ -102,6 +102,9 @@ class CudaSource : public Source {
               ExitedAllocFailure{pid, ctx.comm(pid), k.call_id, t.alloc_failures, t.failed_bytes});
         }
         cg.retired.calls[k.call_id].add(t);
+        // Its last window still has a row per call (the store, explain and export count it).
+        snap.exited[cg.label].calls.push_back(ProcessCall{pid, k.call_id, t, true});
+        ctx.exited_process(snap, cg.label, pid, k.start_tag);
         freed_.push_back(slot);
         return true;
       }

@@ -105,7 +105,10 @@ class SchedSource : public Source {
           ctx.process(s, static_cast<int>(k.tgid)).offcpu.add(totals_of(v));
         },
         [&](const offcpu_key& k, const offcpu_stats& v) {
-          ctx.cgroup(k.cgroup_id).retired.offcpu.add(totals_of(v));
+          CgroupSlot& slot = ctx.cgroup(k.cgroup_id);
+          slot.retired.offcpu.add(totals_of(v));
+          ctx.exited_process(snap, slot.label, static_cast<int>(k.tgid), k.start_tag)
+              .offcpu.add(totals_of(v));
         });
   }
 

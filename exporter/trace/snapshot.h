@@ -82,6 +82,9 @@ struct ProcessCall {
   int pid = 0;
   std::uint32_t call_id = 0;
   CallTotals totals;
+  // The process exited before this pass: its final totals, here for the one window it ended in
+  // (the series' totals hold them in its cgroup's retired totals; the memory it held is gone).
+  bool exited = false;
 };
 
 // A CUDA-issuing process of a series (never a metric label: explain and the chain engine use it).
@@ -92,6 +95,7 @@ struct ProcessInfo {
   OffcpuTotals offcpu;        // of its CUDA-issuing threads, cumulative
   std::vector<int> cpus;      // CPUs it may run on, read each window; empty when unknown
   std::uint32_t start_tag = 0;  // the BPF maps' key part (host::Procfs::start_tag); 0 unknown
+  bool exited = false;          // its last window: the process is gone (ProcessCall::exited)
 };
 
 // ---- Host-side evidence (issue 4): memory, block I/O, network, NCCL. All cumulative. ----
@@ -325,6 +329,14 @@ struct OtlpStats {
   std::uint64_t queue_bytes = 0;     // now, uncompressed
 };
 
+// The processes of a series that exited since the last pass: their final totals, for the one
+// window they ended in (the series' own totals hold them among its cgroup's retired totals), so
+// that the store, explain and export count a job shorter than a window (issue #51).
+struct ExitedProcesses {
+  std::vector<ProcessCall> calls;      // exited = true
+  std::map<int, ProcessInfo> info;     // exited = true; offcpu is final
+};
+
 struct Snapshot {
   std::uint64_t sequence = 0;  // 1 for the first window, +1 each window
   std::chrono::system_clock::time_point taken{};
@@ -334,6 +346,7 @@ struct Snapshot {
   // outlier records (which carry the id) of a process that has already exited still find
   // their series.
   std::map<std::uint64_t, std::string> cgroup_labels;
+  std::map<std::string, ExitedProcesses> exited;  // by series label
   std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
   std::array<std::uint64_t, trace::kLruMaps> evicted{};  // cumulative, by enum sw_lru_map
   std::vector<NcclMember> nccl_members;  // communicators of live processes now

@@ -42,6 +42,10 @@ class SourceContext {
   virtual bool alive(int pid, std::uint32_t start_tag) = 0;
   // The series' entry for a live process (comm and start time read once per process).
   virtual ProcessInfo& process(Series& s, int pid) = 0;
+  // The series' entry for a process that exited since the last pass, for the window it ended in
+  // (its name from the collector's cache or from discovery; nothing is read from /proc).
+  virtual ProcessInfo& exited_process(Snapshot& snap, const std::string& label, int pid,
+                                      std::uint32_t start_tag) = 0;
   virtual bool known_process(int pid) = 0;  // a CUDA-issuing process the collector knows
   virtual std::string comm(int pid) = 0;    // its known name, else read now
 

@@ -31,8 +31,12 @@ grep -q '^ExecStart=/usr/local/bin/stallwatch run ' "$unit" ||
   fail "ExecStart is not /usr/local/bin/stallwatch run ...: update this test with the unit"
 sed "s#^ExecStart=/usr/local/bin/stallwatch #ExecStart=$bin #" "$unit" > "$tmp/stallwatch.service"
 
-# 1. verify
-out=$(systemd-analyze verify "$tmp/stallwatch.service" 2>&1) && rc=0 || rc=$?
+# 1. verify (it runs `man` for Documentation=man:stallwatch(8): the page the build generated,
+# as the .deb installs it, is found through MANPATH)
+man_page=$(dirname "$bin")/generated/stallwatch.8
+[ -f "$man_page" ] || fail "no man page at $man_page: build the manpage target (help2man)"
+mkdir -p "$tmp/man/man8" && cp "$man_page" "$tmp/man/man8/"
+out=$(MANPATH="$tmp/man" systemd-analyze verify "$tmp/stallwatch.service" 2>&1) && rc=0 || rc=$?
 if [ "$rc" -ne 0 ] || [ -n "$out" ]; then
   printf '%s\n' "$out" | sed "s#$tmp/#deploy/systemd/#" >&2
   fail "systemd-analyze verify: exit $rc, output above"

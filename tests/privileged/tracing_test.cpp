@@ -275,6 +275,61 @@ TEST_F(Tracing, OffCpuTimeOfExitedThreadsIsKeptWhole) {
   EXPECT_EQ(find_sample(s, "stallwatch_events_lost_total", {{"source", "offcpu_map_full"}}), 0);
 }
 
+// Issue #51: a job shorter than a window (it starts and exits between two of them) has every
+// call in /metrics, in the store, in explain and in export alike; before, the store had none
+// of them (the last window of an exiting process was not written).
+TEST_F(Tracing, AShortJobAgreesInMetricsStoreExplainAndExport) {
+  TestCgroup cg(unique("short"));
+  ASSERT_EQ(run_workload(cg, {"--cudart", kCudart, "--start-delay-ms", "500", "--calls",
+                              "cudaFree:1500"}),
+            0);
+  auto s = scrape();
+  ASSERT_EQ(count_of(s, cg.label(), "cudaFree"), 1500);
+  const std::string db = daemon_->db_path();
+  const std::string bin = STALLWATCH_BIN;
+  EXPECT_EQ(capture(bin + " query --db " + db + " --format csv \"SELECT sum(count) AS n FROM "
+                    "call_windows WHERE cgroup = '" + cg.label() + "' AND call = 'cudaFree'\""),
+            "n\r\n1500\r\n");
+  EXPECT_EQ(capture(bin + " query --db " + db + " --format csv \"SELECT comm FROM processes "
+                    "WHERE cgroup = '" + cg.label() + "'\""),
+            "comm\r\ncuda_workload\r\n")
+      << "named although it exited before a window read it alive";
+  const std::string explained = capture(bin + " explain --db " + db + " --since 1h 2>&1");
+  EXPECT_NE(explained.find("  " + cg.label() + ": 1 process, 1,500 CUDA calls"), std::string::npos)
+      << explained;
+  const std::string out = "/tmp/stallwatch-short-" + std::to_string(getpid()) + ".json";
+  const std::string exported =
+      capture(bin + " export --db " + db + " --since 1h --format chrome-json --cgroup " +
+              cg.label() + " -o " + out + " 2>&1");
+  EXPECT_NE(exported.find(": 1 process"), std::string::npos) << exported;
+  EXPECT_NE(slurp(out).find("cuda_workload"), std::string::npos) << "its process track";
+  unlink(out.c_str());
+}
+
+// Issue #51: a stop (SIGTERM) stores the partial window since the last one. With a one-hour
+// window nothing but that last, partial window can hold the job's calls.
+TEST(Stop, ThePartialWindowAtSigtermIsStoredAndSaidSo) {
+  const std::string root = "/stallwatch-test-stop-" + std::to_string(getpid());
+  TestCgroup keep(root.substr(1) + "/keep");
+  Daemon daemon({"--window", "1h", "--cgroup-roots", root});
+  ASSERT_TRUE(daemon.wait_ready()) << daemon.log_path();
+  TestCgroup cg(root.substr(1) + "/job");
+  Spawn sp;
+  sp.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--start-delay-ms", "500", "--calls", "cudaFree:700"};
+  sp.cgroup_dir = cg.dir();
+  ASSERT_EQ(wait_exit(spawn(sp), std::chrono::seconds(60)), 0);
+  EXPECT_EQ(daemon.stop(), 0);
+  const std::string log = slurp(daemon.log_path());
+  EXPECT_NE(log.find("published as a window; "), std::string::npos) << log;
+  EXPECT_NE(log.find(" written to " + daemon.db_path() + ", 0 lost; detaching probes"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(capture(std::string(STALLWATCH_BIN) + " query --db " + daemon.db_path() +
+                    " --format csv \"SELECT sum(count) AS n FROM call_windows WHERE cgroup = '" +
+                    cg.label() + "'\""),
+            "n\r\n700\r\n");
+}
+
 // One link per probe (--uprobe-multi=off, as on kernels before 6.6): the other tests here use
 // multi-uprobe links where the kernel has them, this one the per-probe path.
 TEST(Cleanup, ExitedProcessesAndUnusedLibrariesAreCleanedUpAndCountsKept) {

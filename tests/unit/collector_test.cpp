@@ -3,6 +3,7 @@
 // series a cgroup feeds (path, overflow past max_cgroups), retirement of exited processes and
 // vanished cgroups (counters never go backwards), process names and start times, identities,
 // and the order of the source hooks.
+#include "chains/window.h"
 #include "trace/collector.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,8 @@ class MapSource : public Source {
       t.sum_ns = it->count * 1000;
       if (!ctx.alive(it->pid, it->start_tag)) {
         slot.retired.calls[it->call].add(t);
+        snap.exited[slot.label].calls.push_back(ProcessCall{it->pid, it->call, t, true});
+        ctx.exited_process(snap, slot.label, it->pid, it->start_tag);
         it = map.erase(it);
         continue;
       }
@@ -96,14 +99,19 @@ class CollectorTest : public ::testing::Test {
     sources.push_back(std::move(s));
     fs_ = std::make_unique<host::Procfs>((root_ / "proc").string(), (root_ / "sys").string());
     resolver_ = std::make_unique<identity::CgroupResolver>((root_ / "cg").string());
-    return std::make_unique<Collector>(std::move(sources), *resolver_, *fs_,
-                                       CollectorOptions{max_cgroups, nullptr});
+    return std::make_unique<Collector>(
+        std::move(sources), *resolver_, *fs_,
+        CollectorOptions{max_cgroups, nullptr, [this](int pid, std::uint32_t tag) {
+                           return discovered_.count(pid) ? discovered_[pid] + "@" + std::to_string(tag)
+                                                         : std::string();
+                         }});
   }
   std::shared_ptr<Snapshot> collect(Collector& c) {
     return c.collect(std::chrono::seconds(1), TraceCounts{});
   }
 
   fs::path root_;
+  std::map<int, std::string> discovered_;  // what discovery named (CollectorOptions::exited_name)
   std::unique_ptr<host::Procfs> fs_;
   std::unique_ptr<identity::CgroupResolver> resolver_;
 };
@@ -186,8 +194,20 @@ TEST_F(CollectorTest, ExitedProcessesKeepTheirCountsAndVanishedCgroupsGo) {
   EXPECT_EQ(sa.calls.at(1).count, 5u) << "retired, not lost";
   EXPECT_EQ(sa.process_info.count(10), 0u) << "live processes only";
   EXPECT_TRUE(sa.processes.empty());
+  // Its final totals, for the window it ended in, with the name read while it ran.
+  ASSERT_EQ(snap->exited.count("/a.slice"), 1u);
+  const ExitedProcesses& ended = snap->exited.at("/a.slice");
+  ASSERT_EQ(ended.calls.size(), 2u) << "both entries the map held for it";
+  EXPECT_EQ(ended.calls[0].pid, 10);
+  EXPECT_EQ(ended.calls[0].totals.count, 5u);
+  EXPECT_TRUE(ended.calls[0].exited);
+  ASSERT_EQ(ended.info.count(10), 1u);
+  EXPECT_EQ(ended.info.at(10).comm, "python3");
+  EXPECT_TRUE(ended.info.at(10).exited);
   EXPECT_EQ(src->map.size(), 1u) << "the exited process's entries left the map";
-  EXPECT_EQ(collect(*c)->series.at("/a.slice").calls.at(1).count, 5u) << "and stay counted";
+  auto later = collect(*c);
+  EXPECT_EQ(later->series.at("/a.slice").calls.at(1).count, 5u) << "and stay counted";
+  EXPECT_TRUE(later->exited.empty()) << "one window only";
 
   // b's process exits and b's cgroup is removed: its series disappears, the sources are told.
   end_process(20);
@@ -195,9 +215,34 @@ TEST_F(CollectorTest, ExitedProcessesKeepTheirCountsAndVanishedCgroupsGo) {
   src->hooks.clear();
   snap = collect(*c);
   EXPECT_EQ(snap->series.count("/b.slice"), 0u);
+  ASSERT_EQ(snap->exited.count("/b.slice"), 1u) << "its last window's rows, not its series";
+  EXPECT_EQ(snap->exited.at("/b.slice").info.at(20).comm, "worker");
   EXPECT_EQ(snap->series.count("/a.slice"), 1u);
   EXPECT_EQ(src->hooks,
             (std::vector<std::string>{"read", "retire " + std::to_string(b), "finish 1"}));
+}
+
+// A job shorter than a window: it started and exited between two passes, so the collector never
+// read it alive. Its calls are still this window's, named by discovery (issue #51).
+TEST_F(CollectorTest, AProcessThatNeverOutlivedAWindowIsStillCountedAndNamed) {
+  MapSource* src = nullptr;
+  auto c = make(src, 8);
+  const auto a = id_of("a.slice");
+  collect(*c);
+  discovered_[30] = "short_job";
+  src->map = {{a, 30, 2, 6000, 77}};  // no /proc entry: it is gone already
+  auto snap = collect(*c);
+  ASSERT_EQ(snap->exited.count("/a.slice"), 1u);
+  const ExitedProcesses& ended = snap->exited.at("/a.slice");
+  ASSERT_EQ(ended.calls.size(), 1u);
+  EXPECT_EQ(ended.calls[0].totals.count, 6000u);
+  EXPECT_EQ(ended.info.at(30).comm, "short_job@77") << "discovery's name, by PID and start tag";
+  EXPECT_EQ(snap->series.at("/a.slice").calls.at(2).count, 6000u);
+  const chains::WindowView v = chains::diff_windows(nullptr, *snap);
+  ASSERT_EQ(v.processes.size(), 1u);
+  EXPECT_EQ(v.processes[0].pid, 30);
+  EXPECT_EQ(v.processes[0].comm, "short_job@77");
+  EXPECT_EQ(v.processes[0].calls.at(2).count, 6000u);
 }
 
 TEST_F(CollectorTest, ASharedLabelKeepsAVanishedCgroupsCounts) {

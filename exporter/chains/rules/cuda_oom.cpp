@@ -26,7 +26,7 @@ struct Holder {
 std::vector<Holder> holders_of(const Series& s) {
   std::map<int, std::uint64_t> held;
   for (const auto& p : s.processes) {
-    if (trace::is_allocating_call(p.call_id)) held[p.pid] += p.totals.live_bytes();
+    if (trace::is_allocating_call(p.call_id) && !p.exited) held[p.pid] += p.totals.live_bytes();
   }
   std::vector<Holder> out;
   for (const auto& [pid, bytes] : held) {
