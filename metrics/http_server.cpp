@@ -116,7 +116,7 @@ Result<std::pair<int, int>> bind_listen(const std::string& listen) {
   }
   freeaddrinfo(res);
   return make_error("cannot listen on " + listen + ": " + why +
-                    " (is another process using the port? pick one with --listen ADDR:PORT)");
+                    " (is another process using the port? pick one with --web.listen-address ADDR:PORT)");
 }
 
 void mhd_log(void*, const char* fmt, va_list ap) {
@@ -152,7 +152,8 @@ struct HttpServer::Impl {
 
   Impl(const HttpOptions& o, const SnapshotBoard& board, BuildInfo build)
       : options(o),
-        routes(board, std::move(build), o.enable_debug, o.classic_histograms, o.exposition),
+        routes(board, std::move(build), o.enable_debug, o.classic_histograms, o.exposition,
+               o.telemetry_path),
         guard(guard_limits(o)) {}
 
   static GuardLimits guard_limits(const HttpOptions& o) {

@@ -31,6 +31,7 @@ namespace stallwatch::metrics {
 struct HttpOptions {
   std::string listen = "0.0.0.0:9464";
   std::string web_config_file;  // "" = plain HTTP, no authentication
+  std::string telemetry_path = "/metrics";  // --web.telemetry-path
   bool enable_debug = false;    // serve /debug/snapshot
   bool classic_histograms = true;  // classic buckets beside the native ones in protobuf
   ExpositionOptions exposition;    // identity labels and bucket ladder of /metrics

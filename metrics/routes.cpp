@@ -201,12 +201,13 @@ HttpResponse text_response(int status, std::string body) {
 }
 
 Routes::Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug,
-               bool classic_histograms, ExpositionOptions exposition)
+               bool classic_histograms, ExpositionOptions exposition, std::string telemetry_path)
     : board_(board),
       build_(std::move(build)),
       enable_debug_(enable_debug),
       classic_histograms_(classic_histograms),
       exposition_(exposition),
+      telemetry_path_(std::move(telemetry_path)),
       cache_(std::make_unique<ExpositionCache>()) {}
 
 Routes::~Routes() = default;
@@ -215,7 +216,7 @@ HttpResponse Routes::handle(const HttpRequest& request) const {
   if (request.method != "GET" && request.method != "HEAD") {
     return text_response(405, "only GET and HEAD\n");
   }
-  if (request.path == "/metrics") {
+  if (request.path == telemetry_path_) {
     HttpResponse r;
     // Protobuf for a scraper that takes it (native histograms), else OpenMetrics when asked
     // for, else text 0.0.4.
@@ -248,10 +249,11 @@ HttpResponse Routes::handle(const HttpRequest& request) const {
     return r;
   }
   if (request.path == "/") {
-    return text_response(200, "stallwatch: /metrics, /healthz" +
+    return text_response(200, "stallwatch " + build_.version + ": " + telemetry_path_ +
+                                  ", /healthz" +
                                   std::string(enable_debug_ ? ", /debug/snapshot" : "") + "\n");
   }
-  return text_response(404, "not found: /metrics, /healthz\n");
+  return text_response(404, "not found: " + telemetry_path_ + ", /healthz\n");
 }
 
 }  // namespace stallwatch::metrics

@@ -45,8 +45,10 @@ HttpResponse text_response(int status, std::string body);
 class Routes {
  public:
   // `classic_histograms`: the protobuf exposition carries classic buckets beside the native.
+  // `telemetry_path`: where the metrics are served (--web.telemetry-path).
   Routes(const SnapshotBoard& board, BuildInfo build, bool enable_debug,
-         bool classic_histograms = true, ExpositionOptions exposition = {});
+         bool classic_histograms = true, ExpositionOptions exposition = {},
+         std::string telemetry_path = "/metrics");
   ~Routes();
   HttpResponse handle(const HttpRequest& request) const;
 
@@ -57,6 +59,7 @@ class Routes {
   bool enable_debug_;
   bool classic_histograms_;
   ExpositionOptions exposition_;
+  std::string telemetry_path_;
   std::unique_ptr<ExpositionCache> cache_;
 };
 

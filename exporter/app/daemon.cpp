@@ -1,10 +1,13 @@
 #include "app/daemon.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <linux/magic.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -57,8 +61,80 @@ namespace stallwatch::cli {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_reload{false};
 
 void on_signal(int) { g_stop = true; }
+void on_hangup(int) { g_reload = true; }
+
+// An exclusive lock on `path` (flock), held while the returned descriptor is open (O_CLOEXEC).
+// The holder's PID is written in it. Held by another process: an error naming its PID; a lock
+// that cannot be taken for another reason (a read-only /run): -1 and `warning` says why.
+Result<int> take_lock(const std::string& path, const std::string& what, std::string& warning) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+  if (fd < 0) {
+    warning = "cannot open the lock file " + path + " (" + std::strerror(errno) + "): " + what +
+              " is not checked";
+    return -1;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) {
+      warning = "cannot lock " + path + " (" + std::strerror(err) + "): " + what + " is not checked";
+      return -1;
+    }
+    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+    pid.erase(std::remove_if(pid.begin(), pid.end(), [](char c) { return c < '0' || c > '9'; }),
+              pid.end());
+    return make_error("another stallwatch" + (pid.empty() ? std::string() : " (PID " + pid + ")") +
+                      " holds " + path + ": " + what);
+  }
+  const std::string mine = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mine.data(), mine.size(), 0) < 0) {
+    SW_LOG(kDebug) << "cannot write the PID into " << path << ": " << std::strerror(errno);
+  }
+  return fd;
+}
+
+// What the user typed must exist (issue #51: --path.procfs /nope used to say "ready" and trace
+// nothing). One line naming the flag and the fix; false to exit 2.
+bool paths_exist(const RunOptions& o) {
+  struct stat st{};
+  auto is_dir = [&](const std::string& p) { return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode); };
+  auto is_file = [&](const std::string& p) { return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode); };
+  if (!is_file(o.procfs + "/stat") || !is_dir(o.procfs + "/self")) {
+    SW_LOG(kError) << "--path.procfs " << escape_line(o.procfs)
+                   << " is not a procfs mount (no " << escape_line(o.procfs) << "/stat)";
+    SW_LOG(kHint) << "the host's /proc: /proc on the host, e.g. /host/proc in a container "
+                     "that mounts it there";
+    return false;
+  }
+  if (!is_dir(o.sysfs + "/kernel") || !is_dir(o.sysfs + "/devices")) {
+    SW_LOG(kError) << "--path.sysfs " << escape_line(o.sysfs) << " is not a sysfs mount (no "
+                   << escape_line(o.sysfs) << "/kernel)";
+    SW_LOG(kHint) << "the host's /sys: /sys on the host, e.g. /host/sys in a container";
+    return false;
+  }
+  for (const std::string& dir : o.library_dirs) {
+    if (is_dir(dir)) continue;
+    SW_LOG(kError) << "--library-dirs: " << escape_line(dir) << " is not a directory";
+    SW_LOG(kHint) << "name directories that hold CUDA libraries (libcudart.so.*, libcuda.so.*), "
+                     "e.g. /usr/local/cuda/lib64";
+    return false;
+  }
+  if (o.gpu_monitor && !o.nvml_library.empty() && o.nvml_library.find('/') != std::string::npos &&
+      !is_file(o.nvml_library)) {
+    SW_LOG(kError) << "--nvml-library " << escape_line(o.nvml_library) << " does not exist";
+    SW_LOG(kHint) << "the driver's libnvidia-ml.so.1 (ldconfig -p | grep nvidia-ml), or leave "
+                     "the flag out to load it as the dynamic loader finds it";
+    return false;
+  }
+  return true;
+}
 
 // The checks without which no probe can be loaded; run first so the error names the cause.
 bool preflight() {
@@ -109,8 +185,31 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     SW_LOG(kWarn) << "cannot set no_new_privs: " << std::strerror(errno);
   }
   for (const auto& line : unknown_run_variables(env)) SW_LOG(kWarn) << line;
+  if (!o.config.empty()) SW_LOG(kInfo) << "config: " << escape_line(o.config);
+  if (!paths_exist(o)) return 2;
   if (!preflight()) return 1;
   raise_fd_limit();
+  // One daemon per node (each would put its probes on every library, and every call would pay
+  // them all), and one per store.
+  std::vector<int> locks;
+  for (const auto& [path, what] :
+       {std::pair{o.lock_file, std::string("one stallwatch per node: stop it (systemctl stop "
+                                           "stallwatch), or give each its own --lock-file")},
+        std::pair{o.db == "none" ? std::string("none") : o.db + ".lock",
+                  std::string("one stallwatch per store: give this one another --db")}}) {
+    if (path == "none") continue;
+    std::string warning;
+    auto fd = take_lock(path, what, warning);
+    if (!fd) {
+      SW_LOG(kError) << fd.error().message;
+      return 1;
+    }
+    if (*fd < 0) {
+      SW_LOG(kWarn) << warning;
+      continue;
+    }
+    locks.push_back(*fd);
+  }
 
   auto push = otlp::push_config_from_environment(o.otlp, o.otlp_file, STALLWATCH_VERSION);
   if (!push) {
@@ -163,6 +262,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   metrics::BuildInfo build{STALLWATCH_VERSION, STALLWATCH_REVISION};
   metrics::HttpOptions hopts;
   hopts.listen = o.listen;
+  hopts.telemetry_path = o.telemetry_path;
   hopts.web_config_file = o.web_config_file;
   hopts.enable_debug = o.web_enable_debug;
   hopts.classic_histograms = o.web_classic_histograms;
@@ -294,6 +394,7 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
 
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGHUP, on_hangup);
 
   size_t procs = 0;
   run_guarded("discovery", [&] { procs = discovery.scan_all(); });
@@ -489,8 +590,39 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
     discovery_stuck = since >= std::chrono::seconds(60);
   };
 
+  // SIGHUP (systemctl reload): the log settings are read again from the flags, the environment
+  // and the config file; --web.config.file is re-read whenever it changes anyway; the rest
+  // takes a restart, and the line says which of it changed.
+  LogSettings logging = o.log;
+  auto reload = [&] {
+    auto again = parse_run_options(args, env, nullptr);
+    if (!again) {
+      SW_LOG(kError) << "reload (SIGHUP): " << again.error().message
+                     << "; the running settings are kept";
+      return;
+    }
+    const bool log_changed = again->log.level != logging.level || again->log.format != logging.format;
+    if (log_changed) {
+      apply_log_settings(again->log);
+      logging = again->log;
+    }
+    RunOptions same = *again;  // what differs but the log settings takes a restart
+    same.log = o.log;
+    same.verbose = o.verbose;
+    same.from_env = o.from_env;
+    const char* level = logging.level == LogLevel::kDebug  ? "debug"
+                        : logging.level == LogLevel::kInfo ? "info"
+                        : logging.level == LogLevel::kWarn ? "warn"
+                                                           : "error";
+    SW_LOG(kInfo) << "reload (SIGHUP): log level " << level
+                  << (log_changed ? " (changed)" : " (unchanged)")
+                  << "; --web.config.file is re-read when it changes"
+                  << (same == o ? std::string("; nothing else changed")
+                                : std::string("; other changed settings take a restart"));
+  };
   auto next = std::chrono::steady_clock::now() + o.window;
   while (!g_stop) {
+    if (g_reload.exchange(false)) run_guarded("reload", reload);
     // Until the window ends, in steps of at most 200 ms to see a stop.
     const auto now = std::chrono::steady_clock::now();
     if (now < next) {

@@ -137,10 +137,20 @@ Result<po::variables_map> parse_environment(const std::vector<std::string>& env,
 }
 
 void LayeredFlags::add(po::variables_map vm, std::string env_prefix) {
-  layers_.push_back({std::move(vm), std::move(env_prefix)});
+  layers_.push_back({std::move(vm), std::move(env_prefix), {}, {}});
+}
+
+void LayeredFlags::add_file(po::variables_map vm, std::string file,
+                            std::map<std::string, int> lines) {
+  layers_.push_back({std::move(vm), {}, std::move(file), std::move(lines)});
 }
 
 std::string LayeredFlags::source(size_t i, const std::string& name) const {
+  if (!layers_[i].file.empty()) {
+    auto it = layers_[i].lines.find(name);
+    return layers_[i].file + (it != layers_[i].lines.end() ? ":" + std::to_string(it->second) : "") +
+           ": " + name;
+  }
   const std::string& prefix = layers_[i].env_prefix;
   return prefix.empty() ? "--" + name : env_var_name(prefix, name);
 }

@@ -7,6 +7,7 @@
 
 #include <boost/program_options.hpp>
 #include <chrono>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,8 @@ class LayeredFlags {
  public:
   // `env_prefix` empty: values are named --flag; else by env_var_name(env_prefix, flag).
   void add(po::variables_map vm, std::string env_prefix = "");
+  // A config file's values: named FILE:LINE: name in messages (`lines`: each name's line).
+  void add_file(po::variables_map vm, std::string file, std::map<std::string, int> lines);
 
   // The value from the first layer holding `name`, or nullptr; `source` gets its name.
   const po::variable_value* find(const std::string& name, std::string* source = nullptr) const;
@@ -73,6 +76,8 @@ class LayeredFlags {
   struct Layer {
     po::variables_map vm;
     std::string env_prefix;
+    std::string file;  // a config file's path, when the layer is one
+    std::map<std::string, int> lines;
   };
   std::vector<Layer> layers_;
 };

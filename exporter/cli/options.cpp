@@ -12,16 +12,20 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "cli/flags.h"
 #include "common/duration.h"
 #include "common/file_trust.h"
 #include "common/size.h"
+#include "common/strings.h"
 
 namespace stallwatch::cli {
 
 namespace {
+
+constexpr const char* kDefaultConfig = "/etc/stallwatch/stallwatch.conf";
 
 constexpr const char* kEpilogue =
     "\nEvery flag but --help can also be set as STALLWATCH_<FLAG>: upper case, '.' and '-' as "
@@ -37,8 +41,16 @@ po::options_description run_options_description() {
   // clang-format off
   desc.add_options()
     ("help,h", "show this help")
-    ("config", po::value<std::string>(), "read options from FILE (`name = value` lines; flags win)")
-    ("listen", po::value<std::string>(), "ADDR:PORT for /metrics, /healthz (default 0.0.0.0:9464)")
+    ("config", po::value<std::string>(), "read options from FILE (`name = value` lines; flags "
+     "win; default /etc/stallwatch/stallwatch.conf when it exists; none: no file)")
+    ("web.listen-address", po::value<std::string>(), "ADDR:PORT for /metrics, /healthz "
+     "(default 0.0.0.0:9464)")
+    ("listen", po::value<std::string>(), "the same as --web.listen-address (older name)")
+    ("web.telemetry-path", po::value<std::string>(), "the path of the metrics (default /metrics)")
+    ("lock-file", po::value<std::string>(), "one daemon per node: a second one that finds this "
+     "file locked exits naming the first's PID (default /run/stallwatch/stallwatch.lock; none: "
+     "no lock, "
+     "for tests)")
     ("web.config.file", po::value<std::string>(), "TLS and basic auth for --listen, in "
      "exporter-toolkit's YAML (as node_exporter); re-read when it changes (docs/http.md)")
     ("web.enable-debug", "serve /debug/snapshot: pids, comms and cgroups of every workload and "
@@ -330,6 +342,7 @@ Result<Ok> otlp_flags(const LayeredFlags& flags, size_t file_layer, RunOptions& 
 Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOptions o) {
   // Which flags the environment set, for messages of later checks.
   for (size_t i = 0; i < flags.layers(); ++i) {
+    if (i == file_layer) continue;  // a config file's values are named FILE:LINE where they err
     for (const auto& [name, value] : flags.layer(i)) {
       if (flags.find(name) != &value) continue;  // a higher layer set it
       const std::string source = flags.source(i, name);
@@ -337,10 +350,28 @@ Result<RunOptions> resolve(const LayeredFlags& flags, size_t file_layer, RunOpti
     }
   }
   std::string source;
-  if (const std::string* listen = text_flag(flags, "listen", &source)) o.listen = *listen;
+  if (const std::string* listen = text_flag(flags, "web.listen-address", &source)) {
+    o.listen = *listen;
+  } else if (const std::string* old = text_flag(flags, "listen", &source)) {
+    o.listen = *old;
+  }
   if (!valid_listen(o.listen)) {
-    return make_error((source.empty() ? "--listen" : source) + " " + o.listen +
+    return make_error((source.empty() ? "--web.listen-address" : source) + " " + o.listen +
                       ": expected ADDR:PORT, e.g. 127.0.0.1:9464");
+  }
+  if (const std::string* path = text_flag(flags, "web.telemetry-path", &source)) {
+    if (path->empty() || (*path)[0] != '/' || *path == "/" || *path == "/healthz" ||
+        path->starts_with("/debug/") || path->find_first_of("?# \t") != std::string::npos) {
+      return make_error(source + " " + *path +
+                        ": expected a path of its own, e.g. /metrics (not /, /healthz or /debug/)");
+    }
+    o.telemetry_path = *path;
+  }
+  if (const std::string* lock = text_flag(flags, "lock-file", &source)) {
+    if (*lock != "none" && (lock->empty() || (*lock)[0] != '/')) {
+      return make_error(source + " " + *lock + ": expected an absolute path, or none");
+    }
+    o.lock_file = *lock;
   }
   if (const std::string* web = text_flag(flags, "web.config.file", &source)) {
     o.web_config_file = *web;
@@ -517,6 +548,63 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The closest of `names` to `name` (at most 3 edits away), or "".
+std::string closest(const std::string& name, const std::vector<std::string>& names) {
+  size_t best = 4;
+  std::string out;
+  for (const auto& k : names) {
+    const size_t d = edit_distance(name, k);
+    if (d < best) {
+      best = d;
+      out = k;
+    }
+  }
+  return out;
+}
+
+// Every line of a config file is blank, a comment or `name = value` naming a flag of run;
+// otherwise one error naming FILE:LINE and the closest flag. `lines` gets each name's line.
+Result<Ok> check_config_lines(const std::string& text, const std::string& file,
+                              const po::options_description& desc,
+                              std::map<std::string, int>& lines) {
+  std::vector<std::string> names;
+  for (const auto& opt : desc.options()) {
+    if (opt->long_name() != "help" && opt->long_name() != "config") names.push_back(opt->long_name());
+  }
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.resize(hash);
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;
+    const std::string where = file + ":" + std::to_string(n) + ": ";
+    const size_t eq = line.find('=');
+    if (line[first] == '[') {
+      return make_error(where + "sections are not used; write `name = value` lines");
+    }
+    if (eq == std::string::npos) {
+      return make_error(where + "expected `name = value`, e.g. window = 5s");
+    }
+    std::string name = line.substr(first, eq - first);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+    if (name.starts_with("--")) name.erase(0, 2);
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      const std::string near = closest(name, names);
+      return make_error(where + "unknown option '" + escape_line(name) + "'" +
+                        (near.empty() ? std::string(" (see `stallwatch run --help`)")
+                                      : " (did you mean '" + near + "'?)"));
+    }
+    const po::option_description* opt = desc.find_nothrow(name, false);
+    const bool repeatable = opt && opt->semantic() && opt->semantic()->is_composing();
+    if (auto [it, fresh] = lines.emplace(name, n); !fresh && !repeatable) {
+      return make_error(where + name + " is set twice (first on line " +
+                        std::to_string(it->second) + ")");
+    }
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 std::vector<std::string> unknown_run_variables(const std::vector<std::string>& env) {
@@ -576,7 +664,15 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
 
   size_t file_layer = SIZE_MAX;
   std::string config_source;
-  if (const std::string* config = text_flag(flags, "config", &config_source)) {
+  const std::string* config = text_flag(flags, "config", &config_source);
+  std::string default_config;
+  if (!config && ::access(kDefaultConfig, F_OK) == 0) {
+    default_config = kDefaultConfig;  // the packaged file, when it is there
+    config = &default_config;
+    config_source = "the default --config";
+  }
+  if (config && *config == "none") config = nullptr;
+  if (config) {
     o.config = *config;
     const std::string named = config_source == "--config" ? "" : " named by " + config_source;
     // A regular file of bounded size, which only root (or the user running this) can change:
@@ -617,13 +713,17 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
     }
     ::close(fd);
     if (too_large) return make_error("config file " + o.config + named + " is larger than 1 MiB");
+    std::map<std::string, int> lines;
+    if (auto checked = check_config_lines(text, o.config, desc, lines); !checked) {
+      return checked.error();
+    }
     std::istringstream in(text);
     try {
       po::variables_map file;
       po::store(po::parse_config_file(in, desc), file);
-      flags.add(std::move(file));
+      flags.add_file(std::move(file), o.config, std::move(lines));
     } catch (const po::error& e) {
-      return make_error(po_error_message(e) + " (see `stallwatch run --help`)");
+      return make_error(o.config + ": " + po_error_message(e) + " (see `stallwatch run --help`)");
     }
     file_layer = flags.layers() - 1;
   }

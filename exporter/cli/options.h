@@ -23,7 +23,10 @@ namespace stallwatch::cli {
 inline constexpr const char* kRunEnvPrefix = "STALLWATCH_";
 
 struct RunOptions {
-  std::string listen = "0.0.0.0:9464";
+  std::string listen = "0.0.0.0:9464";  // --web.listen-address (--listen, its alias)
+  std::string telemetry_path = "/metrics";  // --web.telemetry-path
+  // --lock-file: one daemon per node holds it (flock); "none" takes no lock (tests).
+  std::string lock_file = "/run/stallwatch/stallwatch.lock";
   std::string web_config_file;    // --web.config.file (metrics/web_config.h)
   bool web_enable_debug = false;  // --web.enable-debug: serve /debug/snapshot
   bool web_classic_histograms = true;  // --web.classic-histograms: classic buckets in protobuf

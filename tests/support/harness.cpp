@@ -176,6 +176,12 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
                 {"--metrics.identity-labels", "cgroup,container_id,pod,namespace,container"});
   }
   if (!has("--metrics.calls")) argv.insert(argv.end(), {"--metrics.calls", "call"});
+  // Each test daemon holds a lock of its own: the node's (a stallwatch that runs on the host,
+  // or another test's daemon) is not theirs to take.
+  if (!has("--lock-file")) {
+    argv.insert(argv.end(), {"--lock-file", "/tmp/stallwatch-test-" + std::to_string(getpid()) +
+                                                "-" + std::to_string(port_) + ".lock"});
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   pid_ = fork();
   if (pid_ == 0) {
@@ -192,8 +198,10 @@ Daemon::Daemon(std::vector<std::string> extra_args) {
 
 Daemon::~Daemon() {
   if (pid_ > 0) stop();
+  unlink(("/tmp/stallwatch-test-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".lock")
+             .c_str());
   if (!own_db_) return;
-  for (const char* suffix : {"", "-wal", "-shm"}) unlink((db_ + suffix).c_str());
+  for (const char* suffix : {"", "-wal", "-shm", ".lock"}) unlink((db_ + suffix).c_str());
 }
 
 std::string Daemon::url(const std::string& path) const {

@@ -497,7 +497,7 @@ TEST_F(HttpServerTest, PortInUseIsOneClearLine) {
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("Address already in use"), std::string::npos)
       << s.error().message;
-  EXPECT_NE(s.error().message.find("--listen"), std::string::npos);
+  EXPECT_NE(s.error().message.find("--web.listen-address"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, ListenerThreadsHoldNoCapabilities) {

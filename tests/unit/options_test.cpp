@@ -372,7 +372,7 @@ TEST_F(ConfigFile, CommandLineWins) {
 TEST_F(ConfigFile, BadValueInFile) {
   const std::string path = write("window = 0s\n");
   const std::string message = error_of({"--config", path});
-  EXPECT_EQ(message, "--window 0s is out of range: use 100ms to 1h");
+  EXPECT_EQ(message, path + ":1: window 0s is out of range: use 100ms to 1h");
 }
 
 // A directory or a device where the config file should be is refused at once (reading
@@ -439,6 +439,9 @@ std::string env_error_of(const std::vector<std::string>& env) {
 const std::map<std::string, std::string>& samples() {
   static const std::map<std::string, std::string> kSamples = {
       {"listen", "127.0.0.1:9100"},
+      {"web.listen-address", "127.0.0.1:9101"},
+      {"web.telemetry-path", "/stats"},
+      {"lock-file", "/tmp/stallwatch-options-test.lock"},
       {"web.classic-histograms", "false"},
       {"metrics.identity-labels", "pod,namespace"},
       {"metrics.calls", "call"},
@@ -531,7 +534,7 @@ TEST(ParseRunOptionsTest, PlaceholderInAnOptionNameIsAnErrorNotAHang) {
   const auto o = parse_run_options({"--config", path}, {}, &usage);
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.error().message,
-            "unrecognised option '?canonical_option?' (see `stallwatch run --help`)");
+            path + ":1: unknown option '%canonical_option%' (see `stallwatch run --help`)");
   EXPECT_EQ(error_of({"--%option%"}),
             "unrecognised option '--?option?' (see `stallwatch run --help`)");
 }
@@ -709,11 +712,11 @@ TEST_F(ConfigFile, PrecedenceFlagOverEnvironmentOverFileOverDefault) {
   EXPECT_EQ(flag_wins->config, path);
 }
 
-TEST_F(ConfigFile, BadValueInFileIsNamedByTheFlagEvenWithEnvironment) {
+TEST_F(ConfigFile, BadValueInFileIsNamedByItsLineEvenWithEnvironment) {
   const std::string path = write("window = 0s\n");
   const auto o = parse_env({"--config", path}, {"STALLWATCH_RETENTION=1d"});
   ASSERT_FALSE(o.ok());
-  EXPECT_EQ(o.error().message, "--window 0s is out of range: use 100ms to 1h");
+  EXPECT_EQ(o.error().message, path + ":1: window 0s is out of range: use 100ms to 1h");
   // Set above the file, the file's bad value is never read.
   EXPECT_TRUE(parse_env({"--config", path}, {"STALLWATCH_WINDOW=1s"}).ok());
 }
