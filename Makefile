@@ -53,7 +53,7 @@ deb: deps-deb
 
 run: daemon
 	mkdir -p $(dir $(DB))
-	$(BUILD)/stallwatch run --listen $(LISTEN) --db $(DB)
+	$(BUILD)/stallwatch run --web.listen-address $(LISTEN) --db $(DB)
 
 # Every tier: unit (no root), privileged (real eBPF; skipped with exit 77 without root), e2e
 # (real receivers on 127.0.0.1); then each libFuzzer harness briefly (issue #15). The unit tier

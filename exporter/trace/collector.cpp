@@ -32,10 +32,12 @@ CgroupSlot& Collector::cgroup(std::uint64_t cgroup_id) {
   if (it != cgroups_.end()) return it->second;
   CgroupSlot slot;
   const std::optional<std::string> path = resolver_.path_of(cgroup_id);
-  const size_t own_labels = label_users_.size() - label_users_.count(kOverflowCgroup);
+  const size_t own_labels = label_users_.size() - label_users_.count(kOverflowCgroup) -
+                            label_users_.count(kUnknownCgroup);
   slot.label = path ? identity::cgroup_label(*path) : std::string();
-  if (slot.label.empty() ||
-      (!label_users_.count(slot.label) && own_labels >= options_.max_cgroups)) {
+  if (slot.label.empty()) {
+    slot.label = kUnknownCgroup;
+  } else if (!label_users_.count(slot.label) && own_labels >= options_.max_cgroups) {
     slot.label = kOverflowCgroup;
   } else {
     if (path->size() <= identity::CgroupResolver::kMaxCheckedPath) slot.path = *path;
@@ -150,7 +152,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   // when the same path was made again, or in the overflow series, which has neither). Before
   // the vanished cgroups' slots go, so that their last window keeps its identity.
   const auto adopt = [](Series& s, const CgroupSlot& slot) {
-    if (slot.label == kOverflowCgroup || !s.identity.cgroup.empty()) return;
+    if (is_pooled_cgroup(slot.label) || !s.identity.cgroup.empty()) return;
     s.identity = slot.identity;
     s.cgroup_dir = slot.path;
   };
@@ -169,7 +171,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   }
   for (auto& s : sources_) s->finish(*snap);
   for (auto& [label, s] : series) {
-    if (label == kOverflowCgroup) {
+    if (is_pooled_cgroup(label)) {
       s.identity = {};
     } else if (s.identity.cgroup.empty()) {
       s.identity.delegated = true;  // no slot vouched for it: nothing read from its names

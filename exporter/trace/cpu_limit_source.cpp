@@ -32,7 +32,7 @@ class CpuLimitSource : public Source {
     const bool v1 = !v1_mount_.empty();
     const std::string& mount = v1 ? v1_mount_ : resolver_.mount();
     for (auto& [label, s] : snap.series) {
-      if (label == kOverflowCgroup) continue;
+      if (is_pooled_cgroup(label)) continue;
       host::CpuLimitTotals best;
       for (const auto& [pid, info] : s.process_info) {
         const auto path = host::cpu_cgroup_path(

@@ -17,7 +17,7 @@ class PressureSource : public Source {
     for (auto& [label, s] : snap.series) {
       // The kernel's name for the directory, not the label (escaped and bounded); none for the
       // overflow series or a path too long to open by name.
-      if (label == kOverflowCgroup || s.cgroup_dir.empty()) continue;
+      if (is_pooled_cgroup(label) || s.cgroup_dir.empty()) continue;
       s.pressure =
           host::read_pressure(resolver_.mount() + (s.cgroup_dir == "/" ? "" : s.cgroup_dir));
     }

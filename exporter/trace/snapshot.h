@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "host/cpu_limit.h"
@@ -274,6 +275,13 @@ PressureTotals delta(const PressureTotals& now, const PressureTotals* before);
 
 // Label value of the series that holds cgroups past --max-cgroups.
 inline constexpr const char* kOverflowCgroup = "_overflow";
+// Label value of the series that holds cgroups whose path cannot be found (removed before the
+// daemon resolved them, or in a hierarchy it cannot see): not the cap's series (issue #51).
+inline constexpr const char* kUnknownCgroup = "_unknown";
+// Either of the two: a series with no identity of its own.
+inline bool is_pooled_cgroup(std::string_view label) {
+  return label == kOverflowCgroup || label == kUnknownCgroup;
+}
 
 // Chain counters of one (kind, severity, workload) for stallwatch_chains_total / _chain_active.
 struct ChainCount {

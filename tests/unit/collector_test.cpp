@@ -179,6 +179,22 @@ TEST_F(CollectorTest, CgroupsPastTheLimitFoldIntoOverflow) {
   EXPECT_TRUE(snap->series.at(kOverflowCgroup).identity.container_id.empty());
 }
 
+// Issue #51: a cgroup whose path cannot be found is "_unknown", not the cap's "_overflow", and
+// takes no place under --max-cgroups.
+TEST_F(CollectorTest, AnUnresolvableCgroupIsUnknownNotOverflow) {
+  MapSource* src = nullptr;
+  auto c = make(src, 1);
+  start_process(10, "a");
+  start_process(11, "b");
+  src->map = {{987654321, 10, 1, 3}, {id_of("a.slice"), 11, 1, 2}};
+  auto snap = collect(*c);
+  ASSERT_EQ(snap->series.size(), 2u);
+  EXPECT_EQ(snap->series.at(kUnknownCgroup).calls.at(1).count, 3u);
+  EXPECT_EQ(snap->series.at(kUnknownCgroup).identity.cgroup, kUnknownCgroup);
+  EXPECT_EQ(snap->series.at("/a.slice").calls.at(1).count, 2u) << "the one place under the cap";
+  EXPECT_EQ(snap->series.count(kOverflowCgroup), 0u);
+}
+
 TEST_F(CollectorTest, ExitedProcessesKeepTheirCountsAndVanishedCgroupsGo) {
   MapSource* src = nullptr;
   auto c = make(src, 8);
