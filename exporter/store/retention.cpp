@@ -98,6 +98,52 @@ Result<std::uint64_t> live_bytes(sqlite3* db) {
   return static_cast<std::uint64_t>(std::max<std::int64_t>(*pages - *free_pages, 0) * *page_size);
 }
 
+enum class Checkpoint { kComplete, kBusy, kFailed };
+
+// Copies the WAL into the main file and empties it. kBusy: a reader holding an old snapshot
+// kept it partial (not an error, a later one finishes it); kFailed: no room to write it (a full
+// disk) or another error.
+Checkpoint checkpoint_truncate(sqlite3* db) {
+  auto st = Stmt::prepare(db, "PRAGMA wal_checkpoint(TRUNCATE)");
+  if (!st || st->step() != SQLITE_ROW) return Checkpoint::kFailed;
+  return st->int64(0) == 0 ? Checkpoint::kComplete : Checkpoint::kBusy;
+}
+
+// Returns the free pages to the file system: incremental_vacuum moves pages from the end of the
+// file into the free ones (through the WAL) and the checkpoint after it truncates the main file
+// and empties the WAL. A step at a time (`step_bytes`, 0: all at once) so that a full disk only
+// needs room for one step's WAL: the reserve that store.cpp releases.
+Result<Ok> give_back_free_pages(sqlite3* db, std::uint64_t step_bytes) {
+  auto page_size = pragma_int(db, "page_size");
+  if (!page_size) return page_size.error();
+  const std::int64_t step =
+      step_bytes == 0 ? 0
+                      : std::max<std::int64_t>(static_cast<std::int64_t>(step_bytes) /
+                                                   std::max<std::int64_t>(*page_size, 512),
+                                               16);
+  // What the WAL holds first (the deletes rewrote pages in place), so the steps start on an
+  // empty one.
+  Checkpoint last = checkpoint_truncate(db);
+  // Bounded: each step frees `step` pages, or all that are left.
+  for (int i = 0; i < 1'000'000 && last != Checkpoint::kFailed; i++) {
+    auto free_pages = pragma_int(db, "freelist_count");
+    if (!free_pages) return free_pages.error();
+    if (*free_pages <= 0) break;
+    // A reader holds the WAL (the file cannot shrink now anyway): the rest in one go, so the
+    // pages at least leave page_count, which --max-db counts.
+    const bool whole = step == 0 || last == Checkpoint::kBusy;
+    const std::string sql = whole ? std::string("PRAGMA incremental_vacuum")
+                                  : "PRAGMA incremental_vacuum(" + std::to_string(step) + ")";
+    if (auto r = exec(db, sql); !r) {
+      return make_error(r.error().message, sqlite3_extended_errcode(db));
+    }
+    last = checkpoint_truncate(db);
+    if (whole) break;
+  }
+  // kFailed: the free pages stay in the file, where the next writes reuse them.
+  return Ok{};
+}
+
 }  // namespace
 
 std::uint64_t database_bytes(sqlite3* db, const std::string& path) {
@@ -108,6 +154,11 @@ std::uint64_t database_bytes(sqlite3* db, const std::string& path) {
   struct stat st {};
   if (::stat((path + "-wal").c_str(), &st) == 0) bytes += static_cast<std::uint64_t>(st.st_size);
   return bytes;
+}
+
+std::uint64_t window_count(sqlite3* db) {
+  auto n = query_int(db, "SELECT count(*) FROM windows");
+  return n && *n > 0 ? static_cast<std::uint64_t>(*n) : 0;
 }
 
 void apply_page_limit(sqlite3* db, std::uint64_t max_bytes) {
@@ -127,8 +178,9 @@ Result<Ok> prune_by_age(sqlite3* db, std::int64_t cutoff_ns, std::uint64_t& rows
   return delete_in_transaction(db, sqls, cutoff_ns, rows);
 }
 
-Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max_bytes, bool force,
-                         std::uint64_t& rows) {
+Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max_bytes,
+                         SizePrune why, std::uint64_t vacuum_step_bytes, std::uint64_t& rows) {
+  const bool force = why != SizePrune::kAtLimit;
   // At max_bytes, not only past it: max_page_count stops the main file exactly there.
   if (!force && database_bytes(db, path) < max_bytes) return Ok{};
   auto target = static_cast<std::uint64_t>(static_cast<double>(max_bytes) * 0.9);
@@ -138,6 +190,15 @@ Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max
     auto live = live_bytes(db);
     if (!live) return live.error();
     target = std::min(target, static_cast<std::uint64_t>(static_cast<double>(*live) * 0.9));
+  }
+  // The disk is full: at most the oldest tenth of the windows. In a small database the pages of
+  // the schema are most of the live bytes, and 90 % of them would take nearly every window; on
+  // the disk it is the room of the WAL, which the checkpoint gives back, that the writes need.
+  std::int64_t windows_left = std::numeric_limits<std::int64_t>::max();
+  if (why == SizePrune::kDiskFull) {
+    auto windows = query_int(db, "SELECT count(*) FROM windows");
+    if (!windows) return windows.error();
+    if (*windows > 0) windows_left = (*windows + 9) / 10;
   }
   // Bounded: each round deletes at least one window (or one chunk of closed chains).
   for (int round = 0; round < 1000; round++) {
@@ -151,10 +212,13 @@ Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max
     if (!windows) return windows.error();
     std::int64_t boundary = -1;
     if (*windows > 0) {
+      if (windows_left <= 0) break;
       auto n = static_cast<std::int64_t>(std::ceil(static_cast<double>(*windows) * share));
       // At most 1/32 of the windows per transaction keeps the WAL of one round small (it is
       // checkpointed between rounds); more rounds follow while the live size is over target.
       n = std::clamp<std::int64_t>(n, 1, std::max<std::int64_t>(*windows / 32, 1));
+      n = std::min(n, windows_left);
+      windows_left -= n;
       // Everything before the n-th oldest window's successor goes, stray rows older than the
       // oldest window (outliers end inside a window) included.
       auto next =
@@ -174,6 +238,9 @@ Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max
     }
     if (boundary >= 0) {
       if (auto r = delete_in_transaction(db, window_deletes(), boundary, rows); !r) return r;
+      // Into the main file (in place) now, so the next round reuses the WAL instead of growing
+      // it: on a full disk only the reserve's room is there.
+      (void)pragma_int(db, "wal_checkpoint(PASSIVE)");
       continue;
     }
     // Only chains (and the cgroups and processes tables) are left: the oldest closed chains go.
@@ -190,14 +257,9 @@ Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max
         !r) {
       return r;
     }
+    (void)pragma_int(db, "wal_checkpoint(PASSIVE)");
   }
-  if (auto r = exec(db, "PRAGMA incremental_vacuum"); !r) {
-    return make_error(r.error().message, sqlite3_extended_errcode(db));
-  }
-  // A reader holding an old snapshot makes the checkpoint partial (SQLITE_BUSY): not an error,
-  // the WAL is truncated at a later prune.
-  (void)pragma_int(db, "wal_checkpoint(TRUNCATE)");
-  return Ok{};
+  return give_back_free_pages(db, vacuum_step_bytes);
 }
 
 }  // namespace stallwatch::store

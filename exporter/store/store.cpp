@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/size.h"
+#include "store/reserve.h"
 #include "store/schema.h"
 #include "store/writer.h"
 
@@ -137,15 +139,23 @@ struct Store::Impl {
   std::optional<Error> prune_error;
   StoreStats counters;  // all but queue_size; under mu
 
-  // Writer thread only.
+  // Writer thread only (and open and shutdown, before and after it runs).
+  Reserve reserve;  // PATH.reserve: room to prune in when the disk is full
   SteadyClock::time_point next_size_check{};
   SteadyClock::time_point last_warn{};
   bool warned = false;
   std::uint64_t unreported_errors = 0;
+  // Full-disk prunes not yet logged (one line a minute at most).
+  SteadyClock::time_point last_full_note{};
+  bool noted_full = false;
+  std::uint64_t full_passes = 0, full_windows = 0, full_rows = 0;
 
   void run();
   void write(const std::vector<WindowBatch>& batches);
-  Result<Ok> prune(bool force_size = false);
+  Result<Ok> prune(SizePrune why = SizePrune::kAtLimit, std::uint64_t* pruned = nullptr,
+                   bool report = true);
+  bool make_room();
+  void note_full_disk(std::uint64_t windows, std::uint64_t rows);
   void failed(const Error& e, const std::string& what);
   void shutdown();
 };
@@ -174,19 +184,27 @@ void Store::Impl::failed(const Error& e, const std::string& what) {
   unreported_errors = 0;
 }
 
-Result<Ok> Store::Impl::prune(bool force_size) {
+Result<Ok> Store::Impl::prune(SizePrune why, std::uint64_t* pruned, bool report) {
   std::uint64_t rows = 0;
   Result<Ok> r = Ok{};
   if (opt.retention.count() > 0) r = prune_by_age(db.get(), now_ns() - opt.retention.count(), rows);
-  if (r) r = prune_by_size(db.get(), opt.path, opt.max_bytes, force_size, rows);
+  // The freed pages go back a half-reserve at a time: the room one step's WAL may take.
+  if (r) r = prune_by_size(db.get(), opt.path, opt.max_bytes, why, reserve.bytes() / 2, rows);
   apply_page_limit(db.get(), opt.max_bytes);
+  // The reserve comes back once there is room for it again (after a full disk, or a path that
+  // could not take it at open).
+  if (reserve.enabled() && !reserve.held()) {
+    const auto room = free_bytes(opt.path);
+    if (room && *room >= reserve.bytes()) (void)reserve.create();
+  }
   const std::uint64_t bytes = database_bytes(db.get(), opt.path);
   {
     std::lock_guard lk(mu);
     counters.rows_pruned += rows;
     counters.db_bytes = bytes;
   }
-  if (!r) failed(r.error(), "pruning");
+  if (pruned) *pruned += rows;
+  if (!r && report) failed(r.error(), "pruning");
   return r;
 }
 
@@ -194,26 +212,76 @@ namespace {
 bool is_full(const Result<Ok>& r) { return !r && (r.error().err & 0xff) == SQLITE_FULL; }
 }  // namespace
 
+// A write found no room (SQLITE_FULL): --max-db (SQLite's max_page_count) or the file system is
+// full. In WAL mode pruning needs room of its own (its deletes append to the -wal, the
+// checkpoint writes before it truncates), so when the disk is the cause the reserve is released
+// first; prune() takes it back once the oldest tenth is gone and the file has shrunk. True when
+// something was pruned: then the write is worth another try.
+bool Store::Impl::make_room() {
+  const auto room = free_bytes(opt.path);
+  bool disk = !room || *room < std::max<std::uint64_t>(reserve.bytes(), 1u << 20);
+  if (disk) (void)reserve.release();
+  const std::uint64_t windows_before = window_count(db.get());
+  std::uint64_t rows = 0;
+  const bool second_chance = reserve.held();
+  auto r = prune(disk ? SizePrune::kDiskFull : SizePrune::kWriteFull, &rows, !second_chance);
+  if (second_chance && is_full(r)) {
+    // Not --max-db after all: the disk had room for the write's pages but not for pruning.
+    disk = true;
+    (void)reserve.release();
+    r = prune(SizePrune::kDiskFull, &rows);
+  } else if (second_chance && !r) {
+    failed(r.error(), "pruning");
+  }
+  if (rows == 0) return false;  // nothing left to prune: the store goes off until there is room
+  if (disk) {
+    const std::uint64_t windows_after = window_count(db.get());
+    note_full_disk(windows_before > windows_after ? windows_before - windows_after : 0, rows);
+  }
+  return true;
+}
+
+void Store::Impl::note_full_disk(std::uint64_t windows, std::uint64_t rows) {
+  full_passes++;
+  full_windows += windows;
+  full_rows += rows;
+  const auto now = SteadyClock::now();
+  if (noted_full && now - last_full_note < std::chrono::minutes(1)) return;
+  std::string msg = "store: the file system holding " + opt.path + " is full: pruned the oldest " +
+                    std::to_string(full_windows) + " windows (" + std::to_string(full_rows) +
+                    " rows)";
+  if (full_passes > 1) msg += " in " + std::to_string(full_passes) + " passes";
+  msg += " to make room";
+  if (reserve.enabled()) {
+    msg += " (in the " + format_size(reserve.bytes()) + " that " + reserve.path() + " held)";
+  }
+  msg += "; the store goes on with less history (free disk space to keep more)";
+  SW_LOG(kWarn) << msg;
+  noted_full = true;
+  last_full_note = now;
+  full_passes = full_windows = full_rows = 0;
+}
+
 void Store::Impl::write(const std::vector<WindowBatch>& batches) {
   if (batches.empty()) return;
   std::uint64_t written = 0, rows = 0;
   auto r = writer.write(batches);
-  if (is_full(r)) {
-    // The disk or --max-db is full: make room and try once more.
-    (void)prune(true);
-    r = writer.write(batches);
-  }
+  // The disk or --max-db is full: make room and try once more.
+  if (is_full(r) && make_room()) r = writer.write(batches);
   if (r) {
     written = batches.size();
     for (const auto& b : batches) rows += b.rows();
   } else if (is_full(r) && batches.size() > 1) {
-    // Together they do not fit: one transaction per batch, making room before each.
+    // Together they do not fit: one transaction per batch, making room before each that needs
+    // it, until pruning no longer helps (each pass prunes a tenth: a long queue would empty the
+    // database for nothing).
+    bool pruning_helps = true;
     for (size_t i = 0; i < batches.size(); i++) {
       const std::span<const WindowBatch> one(&batches[i], 1);
       auto w = writer.write(one);
-      if (is_full(w)) {
-        (void)prune(true);
-        w = writer.write(one);
+      if (is_full(w) && pruning_helps) {
+        if (make_room()) w = writer.write(one);
+        pruning_helps = w.ok();
       }
       if (w) {
         written++;
@@ -285,6 +353,10 @@ void Store::Impl::shutdown() {
   }
   wake.notify_one();
   if (thread.joinable()) thread.join();
+  // The reserve lives while the store is open: a stopped daemon, or a demo's or test's
+  // temporary store, leaves nothing behind, and on a full disk the last checkpoint has its room.
+  // The next open takes it again (a crash leaves the file, which the next open reuses).
+  (void)reserve.release();
   (void)exec(db.get(), "PRAGMA wal_checkpoint(TRUNCATE)");
 }
 
@@ -363,6 +435,14 @@ Result<std::unique_ptr<Store>> Store::open(const StoreOptions& options) {
   auto writer = BatchWriter::prepare(db);
   if (!writer) return open_failure(db, path, writer.error());
   impl->writer = std::move(*writer);
+
+  // After the database, which matters more: without a reserve the store still runs.
+  impl->reserve = Reserve(Reserve::path_for(path), Reserve::size_for(options.max_bytes));
+  if (auto r = impl->reserve.create(); !r) {
+    SW_LOG(kWarn) << "store: no reserve file: " << r.error().message
+                  << "; on a full disk the store cannot prune and stops until there is room"
+                  << (impl->reserve.refused() ? "" : " (retried at every prune)");
+  }
   impl->counters.enabled = true;
   impl->counters.db_bytes = database_bytes(db, path);
 

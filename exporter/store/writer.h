@@ -49,12 +49,24 @@ std::uint64_t database_bytes(sqlite3* db, const std::string& path);
 // closed_ns, open chains never. Adds the rows deleted to `rows`.
 Result<Ok> prune_by_age(sqlite3* db, std::int64_t cutoff_ns, std::uint64_t& rows);
 
-// When the database (with its WAL) has reached `max_bytes` (or always, with `force`: a write
-// did not fit), deletes the oldest windows of
-// data (then the oldest closed chains) until the live pages fit in 90 % of it, then runs
-// incremental_vacuum and a TRUNCATE checkpoint. Adds the rows deleted to `rows`.
-Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max_bytes, bool force,
-                         std::uint64_t& rows);
+// Why prune_by_size runs.
+enum class SizePrune {
+  kAtLimit,    // retention: only once the database (with its WAL) has reached max_bytes
+  kWriteFull,  // a write did not fit (--max-db): now, and at least a tenth of the live bytes
+  kDiskFull,   // a write did not fit on the file system: as kWriteFull, but at most the
+               // oldest tenth of the windows
+};
+
+// Deletes the oldest windows of data (then the oldest closed chains) until the live pages fit
+// in 90 % of `max_bytes` (and, unless kAtLimit, in 90 % of what they were). Then returns the
+// freed pages to the file system, `vacuum_step_bytes` of them at a time (incremental_vacuum,
+// TRUNCATE checkpoint; 0: all at once), so that a full disk needs room for one step only.
+// Adds the rows deleted to `rows`.
+Result<Ok> prune_by_size(sqlite3* db, const std::string& path, std::uint64_t max_bytes,
+                         SizePrune why, std::uint64_t vacuum_step_bytes, std::uint64_t& rows);
+
+// Rows in `windows` (0 on error).
+std::uint64_t window_count(sqlite3* db);
 
 // Caps the main database at `max_bytes` (PRAGMA max_page_count), so SQLite itself reports
 // SQLITE_FULL before the file passes --max-db; the writer then prunes and retries.

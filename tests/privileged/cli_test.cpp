@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -126,38 +129,150 @@ TEST(Cli, CorruptDatabaseIsMovedAsideAndANewOneStarted) {
   for (const std::string& f : {path, path + "-wal", path + "-shm", aside}) unlink(f.c_str());
 }
 
-// A file system that fills up while the daemon writes: the writes fail and are counted,
-// stallwatch_store_up drops to 0 and /metrics keeps answering; once there is room again the
-// store takes writes again without a restart (issue #15).
-TEST(Cli, FullFileSystemDuringARunTurnsTheStoreOffUntilThereIsRoom) {
-  const std::string dir = "/tmp/stallwatch-cli-full-" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  ASSERT_EQ(run("mount -t tmpfs -o size=4m tmpfs " + dir).status, 0) << "tmpfs is needed";
-  {
-    Daemon d({"--db", dir + "/sw.db"});
-    ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
-    ASSERT_TRUE(d.wait_windows());
-    auto wait_for = [&](const std::string& line) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-      while (std::chrono::steady_clock::now() < deadline) {
-        if (d.metrics().find(line) != std::string::npos) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      return false;
-    };
-    EXPECT_TRUE(wait_for("\nstallwatch_store_up 1\n")) << d.metrics();
-    run("dd if=/dev/zero of=" + dir + "/filler bs=64k");  // until the file system is full
-    EXPECT_TRUE(wait_for("\nstallwatch_store_up 0\n")) << d.metrics();
-    const auto samples = parse_exposition(d.metrics());
-    EXPECT_GT(find_sample(samples, "stallwatch_store_write_errors_total", {}).value_or(0), 0);
-    std::filesystem::remove(dir + "/filler");
-    EXPECT_TRUE(wait_for("\nstallwatch_store_up 1\n")) << d.metrics();
-    EXPECT_EQ(d.stop(), 0);
-    const std::string log = slurp(d.log_path());
-    EXPECT_NE(log.find("free disk space or lower --max-db"), std::string::npos) << log;
+// A tmpfs of `size` at a directory of this test's own, unmounted and removed at the end.
+class SmallFileSystem {
+ public:
+  SmallFileSystem(const std::string& name, const std::string& size)
+      : dir_("/tmp/stallwatch-cli-" + name + "-" + std::to_string(getpid())) {
+    std::filesystem::create_directories(dir_);
+    mounted_ = run("mount -t tmpfs -o size=" + size + ",mode=0755 tmpfs " + dir_).status == 0;
   }
-  run("umount " + dir);
-  std::filesystem::remove_all(dir);
+  ~SmallFileSystem() {
+    if (mounted_) run("umount " + dir_);
+    std::filesystem::remove_all(dir_);
+  }
+  bool mounted() const { return mounted_; }
+  const std::string& dir() const { return dir_; }
+  // Fills what is left with one file, as a runaway log would.
+  void fill() const { run("dd if=/dev/zero of=" + dir_ + "/filler bs=64k"); }
+  void free_space() const { std::filesystem::remove(dir_ + "/filler"); }
+
+ private:
+  std::string dir_;
+  bool mounted_ = false;
+};
+
+// `stallwatch query --format csv` of a one-value statement: the value (CSV lines end in \r\n).
+std::string query_value(const std::string& db, const std::string& sql) {
+  const std::string out = run(kBin + " query --db " + db + " --format csv \"" + sql + "\"").output;
+  const size_t line = out.find("\r\n");
+  if (line == std::string::npos) return "";
+  const size_t end = out.find("\r\n", line + 2);
+  return out.substr(line + 2, end == std::string::npos ? std::string::npos : end - line - 2);
+}
+
+double sample(const Daemon& d, const std::string& name) {
+  return find_sample(parse_exposition(d.metrics()), name, {}).value_or(-1);
+}
+
+// Polls until `done` holds or `limit` passes.
+template <typename F>
+bool wait_until(F done, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+// Issue #51: a file system that fills up under the running daemon (not --max-db): the store
+// gives back its reserve file (PATH.reserve, 1 MiB for --max-db 100MiB), prunes the oldest
+// tenth of the windows into it, shrinks the file and goes on writing the new windows; the
+// disk stays full. Before, the deletes of pruning found no room either and the store was off
+// until someone freed space.
+TEST(Cli, AFullFileSystemIsPrunedToFitAndTheStoreGoesOn) {
+  SmallFileSystem fs("full", "16m");
+  ASSERT_TRUE(fs.mounted()) << "tmpfs is needed";
+  const std::string db = fs.dir() + "/sw.db";
+  Daemon d({"--db", db, "--max-db", "100MiB", "--window", "100ms"});
+  ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+  struct stat st {};
+  ASSERT_EQ(::stat((db + ".reserve").c_str(), &st), 0) << slurp(d.log_path());
+  EXPECT_EQ(st.st_size, 1 << 20);
+  EXPECT_GE(st.st_blocks * 512, 1 << 20) << "allocated, not sparse";
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  // Many windows first, so that a tenth of them is a few.
+  ASSERT_TRUE(wait_until(
+      [&] { return std::atoi(query_value(db, "SELECT count(*) FROM windows").c_str()) >= 100; },
+      std::chrono::seconds(30)));
+
+  fs.fill();
+  const auto filled = std::chrono::steady_clock::now();
+  EXPECT_TRUE(wait_until([&] { return sample(d, "stallwatch_store_rows_pruned_total") > 0; },
+                         std::chrono::seconds(60)))
+      << d.metrics();
+  const auto recovered = std::chrono::steady_clock::now();
+  const double written = sample(d, "stallwatch_store_rows_written_total");
+  // The store goes on: 30 more windows (3 s) are written on the full disk.
+  EXPECT_TRUE(
+      wait_until([&] { return sample(d, "stallwatch_store_rows_written_total") >= written + 30; },
+                 std::chrono::seconds(20)))
+      << d.metrics();
+  EXPECT_TRUE(
+      wait_until([&] { return d.metrics().find("\nstallwatch_store_up 1\n") != std::string::npos; },
+                 std::chrono::seconds(5)))
+      << d.metrics();
+  EXPECT_TRUE(std::filesystem::exists(fs.dir() + "/filler")) << "the disk is still full";
+  const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  const std::string newest = query_value(db, "SELECT max(ts_ns) FROM windows");
+  ASSERT_FALSE(newest.empty());
+  EXPECT_LT(now_ns - std::stoll(newest), 5'000'000'000) << "the newest window is recent";
+  EXPECT_EQ(query_value(db, "PRAGMA integrity_check"), "ok");
+  EXPECT_EQ(std::filesystem::file_size(db + ".reserve"), 1u << 20) << "taken back after pruning";
+  std::cout << "pruned after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(recovered - filled).count()
+            << " ms: " << sample(d, "stallwatch_store_rows_pruned_total") << " rows pruned, "
+            << sample(d, "stallwatch_store_write_errors_total") << " write errors, "
+            << query_value(db, "SELECT count(*) FROM windows") << " windows kept\n";
+
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_FALSE(std::filesystem::exists(db + ".reserve"))
+      << "the reserve lives while the store is open";
+  const std::string log = slurp(d.log_path());
+  EXPECT_NE(log.find("warn: store: the file system holding " + db + " is full: pruned the oldest "),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the store goes on with less history (free disk space to keep more)"),
+            std::string::npos)
+      << log;
+}
+
+// Without a reserve (here the path is a directory, which the store refuses to touch) nothing
+// can be pruned on a full disk: the writes fail and are counted, stallwatch_store_up drops to 0
+// and /metrics keeps answering; once there is room again the store takes writes again without
+// a restart (issue #15).
+TEST(Cli, AFullFileSystemWithNoRoomToPruneTurnsTheStoreOffUntilThereIsRoom) {
+  SmallFileSystem fs("noroom", "16m");
+  ASSERT_TRUE(fs.mounted()) << "tmpfs is needed";
+  const std::string db = fs.dir() + "/sw.db";
+  std::filesystem::create_directories(db + ".reserve/kept");
+  Daemon d({"--db", db, "--max-db", "100MiB", "--window", "1s"});
+  ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+  auto has = [&](const std::string& line) { return d.metrics().find(line) != std::string::npos; };
+  ASSERT_TRUE(wait_until([&] { return sample(d, "stallwatch_store_rows_written_total") >= 2; },
+                         std::chrono::seconds(20)));
+  EXPECT_TRUE(has("\nstallwatch_store_up 1\n")) << d.metrics();
+
+  fs.fill();
+  EXPECT_TRUE(
+      wait_until([&] { return has("\nstallwatch_store_up 0\n"); }, std::chrono::seconds(30)))
+      << d.metrics();
+  EXPECT_GT(sample(d, "stallwatch_store_write_errors_total"), 0);
+  fs.free_space();
+  EXPECT_TRUE(
+      wait_until([&] { return has("\nstallwatch_store_up 1\n"); }, std::chrono::seconds(20)))
+      << d.metrics();
+  EXPECT_EQ(d.stop(), 0);
+  EXPECT_TRUE(std::filesystem::is_directory(db + ".reserve/kept")) << "left alone";
+  const std::string log = slurp(d.log_path());
+  EXPECT_NE(log.find("store: no reserve file: " + db +
+                     ".reserve exists and is not a regular file; left alone"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("free disk space or lower --max-db"), std::string::npos) << log;
 }
 
 // A database from a newer stallwatch: left untouched, the store stays off, tracing goes on.

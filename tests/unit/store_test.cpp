@@ -14,12 +14,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "store/report.h"
+#include "store/reserve.h"
 #include "store/schema.h"
 #include "store/sqlite.h"
 #include "store/writer.h"
@@ -373,6 +376,108 @@ TEST(StoreTest, SetsWalIncrementalVacuumAndCreatesDirectories) {
   EXPECT_EQ(rows(db.get(), "PRAGMA journal_mode"), std::vector<std::string>{"wal"});
   EXPECT_EQ(scalar(db.get(), "PRAGMA auto_vacuum"), 2);  // incremental
   EXPECT_EQ(scalar(db.get(), "PRAGMA user_version"), kSchemaVersion);
+}
+
+// Issue #51: the reserve file that lets the store prune on a full disk (docs/store.md, "A full
+// disk"): beside the database, allocated (not sparse), mode 0640, and gone when the store
+// closes.
+TEST(StoreTest, KeepsAReserveFileBesideTheDatabaseWhileOpen) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  StoreOptions o = options(path);
+  o.max_bytes = 500ull << 20;
+  {
+    auto store = open_store(o);
+    ASSERT_TRUE(store);
+    struct stat st {};
+    ASSERT_EQ(::stat((path + ".reserve").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISREG(st.st_mode));
+    EXPECT_EQ(st.st_size, 5 << 20);  // --max-db / 100
+    EXPECT_GE(st.st_blocks * 512, 5 << 20) << "allocated, not sparse";
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+  }
+  EXPECT_FALSE(fs::exists(path + ".reserve"));
+}
+
+TEST(StoreTest, ReserveSizeAndPath) {
+  EXPECT_EQ(Reserve::size_for(1ull << 20), 1u << 20);  // at least 1 MiB
+  EXPECT_EQ(Reserve::size_for(100ull << 20), 1u << 20);
+  EXPECT_EQ(Reserve::size_for(500ull << 20), 5u << 20);
+  EXPECT_EQ(Reserve::size_for(2ull << 30), 16u << 20);  // at most 16 MiB
+  EXPECT_EQ(Reserve::path_for("/var/lib/stallwatch/stallwatch.db"),
+            "/var/lib/stallwatch/stallwatch.db.reserve");
+  EXPECT_EQ(Reserve::path_for(":memory:"), "");
+  EXPECT_EQ(Reserve::path_for("file:sw?mode=memory&cache=shared"), "");
+  EXPECT_EQ(Reserve::path_for(""), "");
+  Reserve none;
+  EXPECT_TRUE(none.create().ok());
+  EXPECT_FALSE(none.held());
+  EXPECT_FALSE(none.release());
+}
+
+// A reserve left by a crash is taken over at the size this --max-db asks for.
+TEST(StoreTest, ALeftoverReserveIsReusedAtItsSize) {
+  TempDir dir;
+  const std::string path = dir.file("sw.db");
+  std::ofstream(path + ".reserve") << std::string(3 << 20, 'x');
+  Reserve r(path + ".reserve", 1 << 20);
+  ASSERT_TRUE(r.create().ok());
+  EXPECT_TRUE(r.held());
+  EXPECT_EQ(fs::file_size(path + ".reserve"), 1u << 20);
+  EXPECT_TRUE(r.release());
+  EXPECT_FALSE(fs::exists(path + ".reserve"));
+  EXPECT_FALSE(r.release()) << "released once";
+  ASSERT_TRUE(r.create().ok()) << "and taken again";
+  EXPECT_EQ(fs::file_size(path + ".reserve"), 1u << 20);
+}
+
+// A directory, a symlink, a FIFO or a second name of another file where the reserve goes is
+// never touched: the store opens and runs without a reserve.
+TEST(StoreTest, AReservePathThatIsNotARegularFileIsLeftAlone) {
+  TempDir dir;
+  const std::string target = dir.file("precious");
+  std::ofstream(target) << "keep me";
+  struct Case {
+    const char* what;
+    std::function<void(const std::string&)> make;
+  };
+  const Case cases[] = {
+      {"directory", [](const std::string& p) { fs::create_directories(p + "/inside"); }},
+      {"symlink", [&](const std::string& p) { fs::create_symlink(target, p); }},
+      {"dangling symlink", [&](const std::string& p) { fs::create_symlink(target + "-no", p); }},
+      {"fifo", [](const std::string& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0); }},
+      {"hard link", [&](const std::string& p) { fs::create_hard_link(target, p); }},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string path = dir.file("sw" + std::to_string(i++) + ".db");
+    c.make(path + ".reserve");
+    const auto type = fs::symlink_status(path + ".reserve").type();
+    Reserve r(path + ".reserve", 1 << 20);
+    auto made = r.create();
+    ASSERT_FALSE(made.ok());
+    EXPECT_EQ(made.error().message, path +
+                                        ".reserve exists and is not a regular file; left "
+                                        "alone, so the store has no reserve (remove it, or "
+                                        "pass --db with another path)");
+    EXPECT_TRUE(r.refused());
+    EXPECT_FALSE(r.enabled());
+    EXPECT_FALSE(r.release());
+    {
+      auto store = open_store(options(path));
+      ASSERT_TRUE(store);
+      ASSERT_TRUE(store->enqueue(batch(now_ns())));
+      store->flush();
+      EXPECT_EQ(store->stats().write_errors, 0u);
+      EXPECT_TRUE(store->prune_now().ok());
+    }
+    EXPECT_EQ(fs::symlink_status(path + ".reserve").type(), type) << "left as it was";
+  }
+  std::ifstream in(target);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep me");
+  EXPECT_FALSE(fs::exists(target + "-no"));
+  EXPECT_TRUE(fs::is_directory(dir.file("sw0.db.reserve/inside")));
 }
 
 TEST(StoreTest, MigratesVersion1Database) {
