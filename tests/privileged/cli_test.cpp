@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -80,7 +82,8 @@ TEST(Cli, MalformedConfigValueNamesTheOption) {
   auto r = run(kBin + " run --config " + path);
   unlink(path.c_str());
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.output.find("--window: invalid duration '5 seconds'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(path + ":1: window: invalid duration '5 seconds'"), std::string::npos)
+      << r.output;
 }
 
 std::string slurp(const std::string& path) {
@@ -323,7 +326,7 @@ TEST(Cli, PortInUseIsOneClearLine) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.output.find("error: cannot listen on 127.0.0.1:" + port), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("pick one with --listen"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pick one with --web.listen-address"), std::string::npos) << r.output;
 }
 
 TEST(Cli, WithoutCapabilitiesRunNamesThemAndCheckFails) {
@@ -387,7 +390,105 @@ TEST(Cli, CheckPassesHereAndJsonSaysSo) {
   }
 }
 
+// Issue #51: a config file's mistakes name FILE:LINE and, for a misspelt option, the closest.
+TEST(Cli, ConfigErrorsNameFileLineAndTheClosestOption) {
+  const std::string path = "/tmp/stallwatch-cli-lines-" + std::to_string(getpid()) + ".conf";
+  struct Case {
+    std::string text, said;
+  };
+  for (const Case& c : {Case{"# comment\n\nwindow = 5s\nretension = 7d\n",
+                             path + ":4: unknown option 'retension' (did you mean 'retention'?)"},
+                        Case{"window = 5s\nmax-db\n", path + ":2: expected `name = value`"},
+                        Case{"window = 5s\nwindow = 1s\n",
+                             path + ":2: window is set twice (first on line 1)"},
+                        Case{"db = none\nmax-db = 1KiB\n", path + ":2: max-db 1KiB is out of range"}}) {
+    std::ofstream(path) << c.text;
+    auto r = run(kBin + " run --config " + path);
+    EXPECT_EQ(r.status, 2) << c.text;
+    EXPECT_NE(r.output.find(c.said), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line: " << r.output;
+  }
+  unlink(path.c_str());
+}
+
+// Issue #51: paths the user typed are checked before anything starts ("ready" and blind was
+// the old answer to --path.procfs /nope): one error, one hint, exit 2.
+TEST(Cli, PathsThatDoNotExistAreRefusedAtStart) {
+  struct Case {
+    std::string flags, said;
+  };
+  for (const Case& c :
+       {Case{"--path.procfs /nope", "--path.procfs /nope is not a procfs mount (no /nope/stat)"},
+        Case{"--path.sysfs /nope", "--path.sysfs /nope is not a sysfs mount (no /nope/kernel)"},
+        Case{"--library-dirs /usr/lib,/nope/lib64", "--library-dirs: /nope/lib64 is not a directory"},
+        Case{"--nvml-library /nope/libnvidia-ml.so.1",
+             "--nvml-library /nope/libnvidia-ml.so.1 does not exist"}}) {
+    auto r = run(kBin + " run --db none " + c.flags);
+    EXPECT_EQ(r.status, 2) << c.flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("error: " + c.said), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("hint: "), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("ready"), std::string::npos) << r.output;
+  }
+}
+
+// Issue #51: one daemon per node and one per store. The second exits 1 naming the first's PID;
+// the first goes on.
+TEST(Cli, ASecondDaemonOnTheNodeOrTheStoreIsRefusedNamingTheFirst) {
+  const std::string lock = "/tmp/stallwatch-cli-node-" + std::to_string(getpid()) + ".lock";
+  Daemon first({"--lock-file", lock});
+  ASSERT_TRUE(first.wait_ready()) << slurp(first.log_path());
+  const std::string pid = std::to_string(first.pid());
+  auto node = run(kBin + " run --db none --listen 127.0.0.1:" + std::to_string(free_port()) + " --lock-file " + lock);
+  EXPECT_EQ(node.status, 1) << node.output;
+  EXPECT_NE(node.output.find("error: another stallwatch (PID " + pid + ") holds " + lock +
+                             ": one stallwatch per node"),
+            std::string::npos)
+      << node.output;
+  auto store = run(kBin + " run --listen 127.0.0.1:" + std::to_string(free_port()) + " --lock-file none --db " + first.db_path());
+  EXPECT_EQ(store.status, 1) << store.output;
+  EXPECT_NE(store.output.find("error: another stallwatch (PID " + pid + ") holds " +
+                              first.db_path() + ".lock: one stallwatch per store"),
+            std::string::npos)
+      << store.output;
+  EXPECT_EQ(http_get(first.url("/healthz")).value_or(""), "ok\n") << "the first goes on";
+  EXPECT_EQ(first.stop(), 0);
+  unlink(lock.c_str());
+}
+
+// Issue #51: SIGHUP reloads (the log level, from the config file) and says so; it no longer
+// kills the daemon. --web.telemetry-path moves the metrics.
+TEST(Cli, SighupReloadsTheLogLevelAndTheTelemetryPathMoves) {
+  const std::string conf = "/tmp/stallwatch-cli-hup-" + std::to_string(getpid()) + ".conf";
+  std::ofstream(conf) << "log.level = info\n";
+  Daemon d({"--config", conf, "--web.telemetry-path", "/stats"});
+  ASSERT_TRUE(d.wait_ready()) << slurp(d.log_path());
+  long status = 0;
+  EXPECT_TRUE(http_get(d.url("/stats"), &status).has_value());
+  EXPECT_EQ(status, 200);
+  http_get(d.url("/metrics"), &status);
+  EXPECT_EQ(status, 404);
+  std::ofstream(conf) << "log.level = debug\n";
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (slurp(d.log_path()).find("reload (SIGHUP)") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  const std::string log = slurp(d.log_path());
+  EXPECT_NE(log.find("info: reload (SIGHUP): log level debug (changed); --web.config.file is "
+                     "re-read when it changes; nothing else changed"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(http_get(d.url("/healthz")).value_or(""), "ok\n") << "alive after SIGHUP";
+  EXPECT_EQ(d.stop(), 0);
+  unlink(conf.c_str());
+}
+
 }  // namespace
 }  // namespace stallwatch::test
 
-int main(int argc, char** argv) { return stallwatch::test::run_privileged_tests(argc, argv); }
+int main(int argc, char** argv) {
+  // The runs of the binary here are not the node's daemon: they take no node lock.
+  ::setenv("STALLWATCH_LOCK_FILE", "none", 0);
+  return stallwatch::test::run_privileged_tests(argc, argv);
+}
