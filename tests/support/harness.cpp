@@ -201,7 +201,7 @@ Daemon::~Daemon() {
   unlink(("/tmp/stallwatch-test-" + std::to_string(getpid()) + "-" + std::to_string(port_) + ".lock")
              .c_str());
   if (!own_db_) return;
-  for (const char* suffix : {"", "-wal", "-shm", ".lock"}) unlink((db_ + suffix).c_str());
+  for (const char* suffix : {"", "-wal", "-shm", ".lock", ".reserve"}) unlink((db_ + suffix).c_str());
 }
 
 std::string Daemon::url(const std::string& path) const {
