@@ -8,6 +8,7 @@
 
 #include "cli/explain_render.h"
 #include "cli/flags.h"
+#include "cli/open_store.h"
 #include "common/duration.h"
 #include "common/json.h"
 #include "store/report.h"
@@ -234,7 +235,7 @@ Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& arg
 
 int run_explain(const ExplainOptions& o, std::int64_t now_ns, const std::string& hostname,
                 std::ostream& out, std::ostream& err) {
-  auto db = store::open_report_db(o.db);
+  auto db = open_store(o.db, "explain");
   if (!db) {
     err << "stallwatch explain: " << db.error().message << "\n";
     return 1;

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "cli/flags.h"
+#include "cli/open_store.h"
 #include "cli/query.h"
 #include "common/duration.h"
 #include "common/json.h"
@@ -541,7 +542,7 @@ int export_main(const std::vector<std::string>& args) {
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
 
-  auto opened = store::open_report_db(db);
+  auto opened = open_store(db, "export");
   if (!opened) {
     std::cerr << kPrefix << opened.error().message << "\n";
     return 1;

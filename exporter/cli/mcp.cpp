@@ -13,6 +13,7 @@
 #include "cli/flags.h"
 #include "cli/jsonrpc.h"
 #include "cli/mcp_query.h"
+#include "cli/open_store.h"
 #include "common/duration.h"
 #include "common/result.h"
 #include "common/strings.h"
@@ -61,7 +62,7 @@ Result<std::chrono::nanoseconds> period(const Json& args, const char* key, const
 ToolOutput failure(std::string text) { return ToolOutput{std::move(text), Json(), true}; }
 
 Result<store::Report> load(const std::string& db_path, store::ReportQuery q, std::string* note) {
-  auto db = store::open_report_db(db_path);
+  auto db = open_store(db_path, "mcp");
   if (!db) return db.error();
   *note = db->note;
   const store::StatementDeadline deadline(db->db.get(), kToolTimeout);
@@ -77,7 +78,7 @@ Result<store::Report> load(const std::string& db_path, store::ReportQuery q, std
 ToolOutput sites_tool(const std::string& path, std::chrono::nanoseconds since, std::int64_t limit,
                       std::int64_t now_ns) {
   ToolOutput out;
-  auto db = store::open_report_db(path);
+  auto db = open_store(path, "mcp");
   if (!db) return failure(db.error().message);
   auto version = store::schema_version(db->db.get());
   if (!version) return failure("reading " + path + ": " + version.error().message);

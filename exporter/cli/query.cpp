@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "cli/flags.h"
+#include "cli/open_store.h"
 #include "common/duration.h"
 #include "common/json.h"
 #include "common/strings.h"
@@ -282,7 +283,7 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   struct stat st {};
   if (::stat(o.db.c_str(), &st) != 0) {
     if (errno == ENOENT) {
-      err << kPrefix << "no database at " << o.db << "; start `stallwatch run` or pass --db\n";
+      err << kPrefix << no_database_message(o.db, "query") << "\n";
     } else {
       err << kPrefix << "cannot read " << o.db << ": " << std::strerror(errno) << "\n";
     }

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/flags.h"
+#include "cli/open_store.h"
 #include "common/duration.h"
 #include "store/report.h"
 #include "store/schema.h"
@@ -91,7 +92,7 @@ int stacks_main(const std::vector<std::string>& args) {
                  std::chrono::system_clock::now().time_since_epoch())
                  .count();
 
-  auto opened = store::open_report_db(db);
+  auto opened = open_store(db, "stacks");
   if (!opened) {
     std::cerr << kPrefix << opened.error().message << "\n";
     return 1;

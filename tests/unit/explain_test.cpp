@@ -746,9 +746,12 @@ TEST_F(ExplainTest, MissingDatabaseIsOneLine) {
   std::string out, err;
   EXPECT_EQ(explain(dir.path() + "/nope.db", &out, &err), 1);
   EXPECT_EQ(out, "");
+  // The hint sends the demo to a file of its own, never to the missing path (by default the
+  // daemon's store, where a fake incident would read as a real one): issue #51.
   EXPECT_EQ(err, "stallwatch explain: no database at " + dir.path() +
-                     "/nope.db; start `stallwatch run` (or `stallwatch demo incident --db " +
-                     dir.path() + "/nope.db`) or pass --db\n");
+                     "/nope.db; start `stallwatch run`, or pass --db (to try explain without a "
+                     "daemon: `stallwatch demo incident --fast --db /tmp/stallwatch-demo.db`, then "
+                     "`stallwatch explain --db /tmp/stallwatch-demo.db`)\n");
 }
 
 TEST_F(ExplainTest, RefusesWhatIsNotAStallwatchDatabase) {

@@ -259,7 +259,9 @@ TEST_F(QueryTest, Errors) {
   Outcome o = run_query({"--db", dir_ + "/missing.db", "SELECT 1"});
   EXPECT_EQ(o.code, 1);
   EXPECT_EQ(o.err, "stallwatch query: no database at " + dir_ +
-                       "/missing.db; start `stallwatch run` or pass --db\n");
+                       "/missing.db; start `stallwatch run`, or pass --db (to try query without "
+                       "a daemon: `stallwatch demo incident --fast --db /tmp/stallwatch-demo.db`, "
+                       "then `stallwatch query --db /tmp/stallwatch-demo.db`)\n");
   EXPECT_FALSE(fs::exists(dir_ + "/missing.db"));  // never created
 
   o = run_query({"--db", db_, "SELEC * FROM chains"});
@@ -457,7 +459,9 @@ TEST_F(QueryBinaryTest, MissingDatabaseThroughTheBinary) {
   Outcome o = run_binary({"--db", dir_ + "/none.db", "SELECT 1"}, dir_);
   EXPECT_EQ(o.code, 1);
   EXPECT_EQ(o.err, "stallwatch query: no database at " + dir_ +
-                       "/none.db; start `stallwatch run` or pass --db\n");
+                       "/none.db; start `stallwatch run`, or pass --db (to try query without "
+                       "a daemon: `stallwatch demo incident --fast --db /tmp/stallwatch-demo.db`, "
+                       "then `stallwatch query --db /tmp/stallwatch-demo.db`)\n");
 }
 
 }  // namespace
