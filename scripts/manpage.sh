@@ -41,6 +41,13 @@ if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
   SOURCE_DATE_EPOCH=$(git -C "$here" log -1 --format=%ct 2>/dev/null || date +%s)
   export SOURCE_DATE_EPOCH
 fi
+# The footer's version: `stallwatch version` without its commit (0.1.0+git340), so that it
+# does not run into the date in the middle of the footer; the exporters' --version shape
+# (`stallwatch, version ...`) is not help2man's `program version` either.
+version=$("$bin" version | sed -n '1s/^stallwatch, version \([^ ]*\) .*/\1/p')
+[ -n "$version" ] || { echo "manpage.sh: $bin version printed no version" >&2; exit 1; }
+version=$(sed -E 's/^(.*\+git[0-9]+)\.[0-9a-f]+$/\1/' <<< "$version")
 help2man --no-info --section 8 \
   --name "explain slow CUDA calls by what the host did to them (eBPF)" \
+  --version-string "stallwatch $version" \
   --include "$include" --output "$out" "$bin"

@@ -2,22 +2,25 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 
+#include "app/demo_runner.h"
 #include "cli/explain.h"
 #include "cli/flags.h"
 #include "cli/options.h"
+#include "cli/version.h"
 #include "common/duration.h"
 #include "common/log.h"
-#include "app/demo_runner.h"
+#include "common/strings.h"
 #include "demo/scenarios.h"
 #include "metrics/http_server.h"
 #include "metrics/otlp/pusher.h"
-#include "store/store.h"
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
+#include "store/store.h"
 
 namespace stallwatch::cli {
 namespace {
@@ -42,6 +45,7 @@ const char* const kDemoUsage =
     "           cuda-oom (an allocation out of GPU memory), graph-recapture (CUDA graphs\n"
     "           re-recorded every step), gpu-throttle (a GPU at its power cap), gpu-xid (a\n"
     "           GPU falls off the bus under a job), healthy (a calm run: no chain)\n"
+    "           (--list: one a line, with its story)\n"
     "\n"
     "  --listen ADDR:PORT  serve /metrics, /healthz, /debug/snapshot; after the story keep\n"
     "                      going (last phase repeating) until Ctrl-C\n"
@@ -59,13 +63,17 @@ const char* const kDemoUsage =
     "  --log.format FORMAT logfmt or json, one line per message (default: plain lines)\n"
     "  --metrics.identity-labels LIST, --metrics.calls class|call,\n"
     "  --metrics.histogram-ladder x4|x2|x16\n"
-    "                      what /metrics carries, as `stallwatch run --help` describes\n";
+    "                      what /metrics carries, as `stallwatch run --help` describes\n"
+    "  --list              the scenarios, one a line with what each tells\n"
+    "  -h, --help          this text\n"
+    "  --version           the version (as `stallwatch version`)\n";
 
 Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
   po::options_description desc;
   // clang-format off
+  add_help_flags(desc);
   desc.add_options()
-    ("help,h", "")
+    ("list", "")
     ("scenario", po::value<std::vector<std::string>>(), "")
     ("listen", po::value<std::string>(), "")
     ("db", po::value<std::string>(), "")
@@ -91,6 +99,8 @@ Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
   if (!vm) return vm.error();
   DemoOptions o;
   o.help = vm->count("help") > 0;
+  o.version = vm->count("version") > 0;
+  o.list = vm->count("list") > 0;
   if (vm->count("scenario")) {
     const auto names = (*vm)["scenario"].as<std::vector<std::string>>();
     if (names.size() > 1) {
@@ -142,14 +152,31 @@ Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args) {
   return o;
 }
 
+std::string demo_scenario_list() {
+  const std::vector<std::string> names = demo::scenario_names();
+  size_t width = 0;
+  for (const auto& n : names) width = std::max(width, n.size());
+  std::string out;
+  for (const auto& n : names) {
+    const auto s = demo::make_scenario(n);
+    out += n + std::string(width + 2 - n.size(), ' ') + (s ? s->title : "") + "\n";
+  }
+  return out;
+}
+
 int demo_main(const std::vector<std::string>& args) {
   auto parsed = parse_demo_options(args);
-  if (!parsed) {
-    std::cerr << "stallwatch demo: " << parsed.error().message << "\n" << kDemoUsage;
-    return 2;
-  }
+  if (!parsed) return usage_error(std::cerr, "demo", parsed.error().message);
   if (parsed->help) {
     std::cout << kDemoUsage;
+    return 0;
+  }
+  if (parsed->version) {
+    std::cout << version_text();
+    return 0;
+  }
+  if (parsed->list) {
+    std::cout << demo_scenario_list();
     return 0;
   }
   const DemoOptions& opts = *parsed;
@@ -165,15 +192,15 @@ int demo_main(const std::vector<std::string>& args) {
   ro.hold = opts.hold;
   auto scenario = demo::make_scenario(name);
   if (!scenario) {
-    std::cerr << "stallwatch demo: unknown scenario '" << name << "'; one of:";
-    for (const auto& n : demo::scenario_names()) std::cerr << " " << n;
-    std::cerr << "\n";
+    std::string names;
+    for (const auto& n : demo::scenario_names()) names += (names.empty() ? "" : ", ") + n;
+    std::cerr << "stallwatch demo: unknown scenario '" << escape_line(name)
+              << "'; one of: " << names << " (see `stallwatch demo --list`)\n";
     return 2;
   }
   if (ro.hold && listen.empty()) {
-    std::cerr << "stallwatch demo: --hold needs --listen (it keeps the incident going for "
-                 "Prometheus)\n";
-    return 2;
+    return usage_error(std::cerr, "demo",
+                       "--hold needs --listen (it keeps the incident going for Prometheus)");
   }
   auto push = otlp::push_config_from_environment(push_flags, STALLWATCH_VERSION);
   if (!push) {

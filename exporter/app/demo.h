@@ -25,9 +25,14 @@ struct DemoOptions {
   metrics::ExpositionOptions exposition;  // --metrics.identity-labels, --metrics.histogram-ladder
   LogSettings log;       // --log.level, --log.format, -v
   bool help = false;
+  bool version = false;  // --version
+  bool list = false;     // --list: the scenarios, one a line
 };
 
 extern const char* const kDemoUsage;
+
+// `demo --list`: each scenario's name and title, one a line, the titles in one column.
+std::string demo_scenario_list();
 
 // args exclude the program and subcommand names. `--flag VALUE` and `--flag=VALUE` both work.
 Result<DemoOptions> parse_demo_options(const std::vector<std::string>& args);

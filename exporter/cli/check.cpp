@@ -28,19 +28,20 @@
 #include <sstream>
 
 #include "cli/flags.h"
+#include "cli/version.h"
 #include "common/json.h"
 #include "common/size.h"
 #include "common/strings.h"
 #include "host/nvml.h"
 #include "identity/kube_metadata.h"
 #include "metrics/otlp/config.h"
+#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 #include "store/report.h"
 #include "trace/attach.h"
 #include "trace/library_files.h"
 #include "trace/probe_cost.h"
 #include "trace/proc_maps.h"
 #include "trace/python.h"
-#include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
 
 namespace stallwatch::cli {
 namespace {
@@ -668,15 +669,19 @@ const char* const kCheckUsage =
     "Says whether this host can be traced and how to fix what is missing.\n"
     "  --db PATH   the store run would use (default /var/lib/stallwatch/stallwatch.db): its\n"
     "              size, free space, and what run will do if it cannot be opened\n"
-    "  --json      one JSON object instead of text\n";
+    "  --json      one JSON object instead of text\n"
+    "  -h, --help  this text\n"
+    "  --version   the version (as `stallwatch version`)\n";
 
 Result<CheckOptions> parse_check_options(const std::vector<std::string>& args) {
   po::options_description desc;
-  desc.add_options()("help,h", "")("json", "")("db", po::value<std::string>(), "");
+  add_help_flags(desc);
+  desc.add_options()("json", "")("db", po::value<std::string>(), "");
   auto vm = parse_flags(args, desc);
   if (!vm) return vm.error();
   CheckOptions o;
   o.help = vm->count("help") > 0;
+  o.version = vm->count("version") > 0;
   o.json = vm->count("json") > 0;
   if (vm->count("db")) {
     o.db = (*vm)["db"].as<std::string>();
@@ -687,13 +692,13 @@ Result<CheckOptions> parse_check_options(const std::vector<std::string>& args) {
 
 int check_main(const std::vector<std::string>& args) {
   auto o = parse_check_options(args);
-  if (!o) {
-    std::cerr << "stallwatch check: " << o.error().message
-              << " (usage: stallwatch check [--db PATH] [--json])\n";
-    return 2;
-  }
+  if (!o) return usage_error(std::cerr, "check", o.error().message);
   if (o->help) {
     std::cout << kCheckUsage;
+    return 0;
+  }
+  if (o->version) {
+    std::cout << version_text();
     return 0;
   }
   const CheckReport report = run_checks(o->db);

@@ -78,6 +78,7 @@ struct CheckOptions {
   std::string db = "/var/lib/stallwatch/stallwatch.db";  // --db: the store to look at
   bool json = false;  // --json
   bool help = false;  // -h, --help
+  bool version = false;  // --version
 };
 // "usage: stallwatch check [--db PATH] [--json]\n"
 extern const char* const kCheckUsage;

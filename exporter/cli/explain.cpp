@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "cli/explain.h"
 
 #include <unistd.h>
@@ -9,8 +8,10 @@
 #include "cli/explain_render.h"
 #include "cli/flags.h"
 #include "cli/open_store.h"
+#include "cli/version.h"
 #include "common/duration.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "store/report.h"
 
 namespace stallwatch::cli {
@@ -192,13 +193,15 @@ const char* const kExplainUsage =
     "                   off-CPU time, preemptions, the top preemptors and call sites\n"
     "  --stacks         under each chain's call sites, all their frames (Python and native)\n"
     "  --json           one JSON object instead of text\n"
-    "  --timeout D      give up after D (default 30s; 100ms to 24h, 0 for none)\n";
+    "  --timeout D      give up after D (default 30s; 100ms to 24h, 0 for none)\n"
+    "  -h, --help       this text\n"
+    "  --version        the version (as `stallwatch version`)\n";
 
 Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& args) {
   po::options_description desc;
   // clang-format off
+  add_help_flags(desc);
   desc.add_options()
-    ("help,h", "")
     ("db", po::value<std::string>(), "")
     ("since", po::value<std::string>(), "")
     ("cgroup", po::value<std::string>(), "")
@@ -211,6 +214,7 @@ Result<ExplainOptions> parse_explain_options(const std::vector<std::string>& arg
   if (!vm) return vm.error();
   ExplainOptions o;
   o.help = vm->count("help") > 0;
+  o.version = vm->count("version") > 0;
   if (vm->count("db")) {
     o.db = (*vm)["db"].as<std::string>();
     if (o.db.empty()) return make_error("--db needs a path");
@@ -268,12 +272,13 @@ int run_explain(const ExplainOptions& o, std::int64_t now_ns, const std::string&
 
 int explain_main(const std::vector<std::string>& args) {
   auto o = parse_explain_options(args);
-  if (!o) {
-    std::cerr << "stallwatch explain: " << o.error().message << "\n" << kExplainUsage;
-    return 2;
-  }
+  if (!o) return usage_error(std::cerr, "explain", o.error().message);
   if (o->help) {
     std::cout << kExplainUsage;
+    return 0;
+  }
+  if (o->version) {
+    std::cout << version_text();
     return 0;
   }
   char host[256] = {};

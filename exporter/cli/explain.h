@@ -25,6 +25,7 @@ struct ExplainOptions {
   bool json = false;
   std::chrono::nanoseconds timeout = std::chrono::seconds(30);  // --timeout; 0: none
   bool help = false;
+  bool version = false;  // --version
 };
 
 extern const char* const kExplainUsage;

@@ -17,6 +17,7 @@
 #include "cli/flags.h"
 #include "cli/open_store.h"
 #include "cli/query.h"
+#include "cli/version.h"
 #include "common/duration.h"
 #include "common/json.h"
 #include "common/strings.h"
@@ -50,6 +51,7 @@ constexpr const char* kUsage =
     "  --pid PID        only this process\n"
     "  --timeout D      give up after D (default 30s; 100ms to 24h, 0 for none)\n"
     "  -h, --help       this text\n"
+    "  --version        the version (as `stallwatch version`)\n"
     "\n"
     "Slices are the calls at or above the daemon's --outlier-threshold (default 1ms), one row\n"
     "each in the store; faster calls are in the counters' histograms only.\n";
@@ -486,8 +488,8 @@ Result<Ok> write_replacing(const std::string& path, const std::string& bytes) {
 int export_main(const std::vector<std::string>& args) {
   po::options_description desc;
   // clang-format off
+  add_help_flags(desc);
   desc.add_options()
-    ("help,h", "")
     ("format", po::value<std::string>(), "")
     ("output,o", po::value<std::string>(), "")
     ("db", po::value<std::string>(), "")
@@ -496,16 +498,15 @@ int export_main(const std::vector<std::string>& args) {
     ("pid", po::value<std::string>(), "")
     ("timeout", po::value<std::string>(), "");
   // clang-format on
-  auto usage_error = [](const std::string& m) {
-    std::cerr << kPrefix << m << "\n"
-              << "usage: stallwatch export --format perfetto|chrome-json [--db PATH] "
-                 "[--since D] [--cgroup C] [--pid P] -o FILE (see --help)\n";
-    return 2;
-  };
+  auto usage_error = [](const std::string& m) { return cli::usage_error(std::cerr, "export", m); };
   auto vm = parse_flags(args, desc);
   if (!vm) return usage_error(vm.error().message);
   if (vm->count("help")) {
     std::cout << kUsage;
+    return 0;
+  }
+  if (vm->count("version")) {
+    std::cout << version_text();
     return 0;
   }
   if (!vm->count("format")) return usage_error("--format is required (perfetto or chrome-json)");

@@ -172,11 +172,27 @@ std::string LayeredFlags::relabel(const std::string& message, const std::string&
   return source + message.substr(flag.size());
 }
 
+void add_help_flags(po::options_description& desc) {
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("version", "print the version, revision, build date, compiler and platform");
+  // clang-format on
+}
+
+int usage_error(std::ostream& err, std::string_view command, std::string_view problem) {
+  // The problem may quote what was typed (an argument holding a newline or ESC): one line still.
+  err << "stallwatch " << command << ": " << escape_line(problem) << " (see `stallwatch " << command
+      << " --help`)\n";
+  return 2;
+}
+
 void add_log_flags(po::options_description& desc) {
   // clang-format off
   desc.add_options()
-    ("log.level", po::value<std::string>(), "debug, info, warn or error (default info)")
-    ("log.format", po::value<std::string>(),
+    ("log.level", po::value<std::string>()->value_name("LEVEL"),
+     "debug, info, warn or error (default info)")
+    ("log.format", po::value<std::string>()->value_name("FORMAT"),
      "logfmt or json, one line per message (default: plain `TIME level: message`)")
     ("verbose,v", "debug logging, including libbpf's (= --log.level=debug)");
   // clang-format on

@@ -8,6 +8,7 @@
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <map>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,14 @@ Result<std::chrono::nanoseconds> read_timeout(const std::string& text, std::stri
 
 // --pid of the store readers (`export`, `stacks`): 1 to 4194304 (PID_MAX_LIMIT).
 Result<int> read_pid(const std::string& text);
+
+// -h/--help and --version, which every command takes.
+void add_help_flags(po::options_description& desc);
+
+// A usage error, one line on `err` whatever the command:
+//   stallwatch CMD: PROBLEM (see `stallwatch CMD --help`)
+// Returns 2, the exit code of bad usage (and of bad configuration).
+int usage_error(std::ostream& err, std::string_view command, std::string_view problem);
 
 // --log.level, --log.format and -v/--verbose (an alias of --log.level=debug).
 void add_log_flags(po::options_description& desc);

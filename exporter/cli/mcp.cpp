@@ -14,6 +14,7 @@
 #include "cli/jsonrpc.h"
 #include "cli/mcp_query.h"
 #include "cli/open_store.h"
+#include "cli/version.h"
 #include "common/duration.h"
 #include "common/result.h"
 #include "common/strings.h"
@@ -34,6 +35,7 @@ constexpr const char* kUsage =
     "options:\n"
     "  --db PATH   the database (default /var/lib/stallwatch/stallwatch.db)\n"
     "  -h, --help  this text\n"
+    "  --version   the version (as `stallwatch version`)\n"
     "\n"
     "Register it with an assistant (the README has the snippet):\n"
     "  {\"mcpServers\": {\"stallwatch\": {\"command\": \"stallwatch\", \"args\": [\"mcp\"]}}}\n";
@@ -246,25 +248,23 @@ McpTools store_tools(McpOptions o) {
 int mcp_main(const std::vector<std::string>& args) {
   po::options_description desc;
   // clang-format off
+  add_help_flags(desc);
   desc.add_options()
-    ("help,h", "")
     ("db", po::value<std::string>(), "");
   // clang-format on
   auto vm = parse_flags(args, desc, nullptr);
-  if (!vm) {
-    std::cerr << "stallwatch mcp: " << vm.error().message << "\n" << kUsage;
-    return 2;
-  }
+  if (!vm) return usage_error(std::cerr, "mcp", vm.error().message);
   if (vm->count("help")) {
     std::cout << kUsage;
     return 0;
   }
+  if (vm->count("version")) {
+    std::cout << version_text();
+    return 0;
+  }
   McpOptions o;
   if (vm->count("db")) o.db = (*vm)["db"].as<std::string>();
-  if (o.db.empty()) {
-    std::cerr << "stallwatch mcp: --db needs a path\n";
-    return 2;
-  }
+  if (o.db.empty()) return usage_error(std::cerr, "mcp", "--db needs a path");
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) == 0) o.hostname = host;
   std::ios::sync_with_stdio(false);

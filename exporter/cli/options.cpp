@@ -7,15 +7,16 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdlib>
 #include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "cli/flags.h"
+#include "cli/version.h"
 #include "common/duration.h"
 #include "common/file_trust.h"
 #include "common/size.h"
@@ -28,116 +29,171 @@ namespace {
 constexpr const char* kDefaultConfig = "/etc/stallwatch/stallwatch.conf";
 
 constexpr const char* kEpilogue =
-    "\nEvery flag but --help can also be set as STALLWATCH_<FLAG>: upper case, '.' and '-' as "
-    "'_',\ne.g. STALLWATCH_OUTLIER_THRESHOLD=2ms, STALLWATCH_LOG_LEVEL=debug; a repeatable flag "
-    "takes a\ncomma-separated list, a switch true or false. Precedence: flag > STALLWATCH_* > "
-    "OTEL_*\n(the OTLP settings) > --config file > default.\n";
+    "\nEvery flag but --help and --version can also be set as STALLWATCH_<FLAG>: upper case, '.'\n"
+    "and '-' as '_', e.g. STALLWATCH_OUTLIER_THRESHOLD=2ms, STALLWATCH_LOG_LEVEL=debug; a\n"
+    "repeatable flag takes a comma-separated list, a switch true or false. Precedence: flag >\n"
+    "STALLWATCH_* > OTEL_* (the OTLP settings) > --config file > default.\n";
 
+// A value flag whose --help line shows `--name PLACEHOLDER` (DURATION, SIZE, PATH, on|off).
+po::typed_value<std::string>* value(const char* placeholder) {
+  return po::value<std::string>()->value_name(placeholder);
+}
+
+// The placeholders of the --otlp-* flags (metrics/otlp/config.h owns their names and text).
+const char* otlp_placeholder(std::string_view name) {
+  static constexpr std::pair<std::string_view, const char*> kPlaceholders[] = {
+      {"otlp-endpoint", "URL"},
+      {"otlp-logs-endpoint", "URL|none"},
+      {"otlp-header", "KEY=VALUE"},
+      {"otlp-headers-file", "FILE"},
+      {"otlp-temporality", "TEMPORALITY"},
+      {"otlp-histogram", "explicit|exponential"},
+      {"otlp-interval", "DURATION"},
+      {"otlp-compression", "gzip|none"},
+      {"otlp-timeout", "DURATION"},
+      {"otlp-max-retry-time", "DURATION"},
+      {"otlp-max-queue", "SIZE"},
+      {"otlp-certificate", "FILE"},
+      {"otlp-client-certificate", "FILE"},
+      {"otlp-client-key", "FILE"},
+  };
+  for (const auto& [flag, placeholder] : kPlaceholders) {
+    if (flag == name) return placeholder;
+  }
+  return "VALUE";
+}
+
+// --help groups the flags by what they set, as the exporters' --help does; run_flag_names() and
+// the config file see one list (the groups in this order).
 po::options_description run_options_description() {
+  constexpr unsigned kWidth = 100, kMinDescription = 50;
   po::options_description desc(
       "stallwatch run [options]\n\nTrace CUDA calls and the scheduler; "
-      "serve /metrics, /healthz and /debug/snapshot; push OTLP when configured.\n\nOptions",
-      100, 50);
+      "serve /metrics, /healthz and /debug/snapshot; push OTLP when configured.\n\nGeneral",
+      kWidth, kMinDescription);
+  po::options_description web("Web", kWidth, kMinDescription);
+  po::options_description metrics("Metrics", kWidth, kMinDescription);
+  po::options_description store("Store", kWidth, kMinDescription);
+  po::options_description tracing("Tracing", kWidth, kMinDescription);
+  po::options_description gpu("GPU", kWidth, kMinDescription);
+  po::options_description kube("Kubernetes", kWidth, kMinDescription);
+  po::options_description otlp("OTLP", kWidth, kMinDescription);
+  po::options_description logging("Logging", kWidth, kMinDescription);
+  po::options_description paths("Paths", kWidth, kMinDescription);
+  add_help_flags(desc);
   // clang-format off
   desc.add_options()
-    ("help,h", "show this help")
-    ("config", po::value<std::string>(), "read options from FILE (`name = value` lines; flags "
+    ("config", value("FILE"), "read options from FILE (`name = value` lines; flags "
      "win; default /etc/stallwatch/stallwatch.conf when it exists; none: no file)")
-    ("web.listen-address", po::value<std::string>(), "ADDR:PORT for /metrics, /healthz "
-     "(default 0.0.0.0:9464)")
-    ("listen", po::value<std::string>(), "the same as --web.listen-address (older name)")
-    ("web.telemetry-path", po::value<std::string>(), "the path of the metrics (default /metrics)")
-    ("lock-file", po::value<std::string>(), "one daemon per node: a second one that finds this "
+    ("lock-file", value("PATH"), "one daemon per node: a second one that finds this "
      "file locked exits naming the first's PID (default /run/stallwatch/stallwatch.lock; none: "
      "no lock, "
-     "for tests)")
-    ("web.config.file", po::value<std::string>(), "TLS and basic auth for --listen, in "
+     "for tests)");
+  web.add_options()
+    ("web.listen-address", value("ADDR:PORT"), "ADDR:PORT for /metrics, /healthz "
+     "(default 0.0.0.0:9464)")
+    ("listen", value("ADDR:PORT"), "the same as --web.listen-address (older name)")
+    ("web.telemetry-path", value("PATH"), "the path of the metrics (default /metrics)")
+    ("web.config.file", value("FILE"), "TLS and basic auth for --listen, in "
      "exporter-toolkit's YAML (as node_exporter); re-read when it changes (docs/http.md)")
     ("web.enable-debug", "serve /debug/snapshot: pids, comms and cgroups of every workload and "
      "preemptor (off by default)")
-    ("web.max-connections", po::value<std::string>(), "open HTTP connections served; more get "
+    ("web.max-connections", value("N"), "open HTTP connections served; more get "
      "503 (4 to 10000, default 64)")
-    ("web.classic-histograms", po::value<std::string>(), "true (default): the protobuf "
-     "exposition carries classic buckets beside the native histograms; false: native only")
-    ("metrics.identity-labels", po::value<std::string>(), "identity labels on every series "
+    ("web.classic-histograms", value("BOOL"), "true (default): the protobuf "
+     "exposition carries classic buckets beside the native histograms; false: native only");
+  metrics.add_options()
+    ("metrics.identity-labels", value("LIST"), "identity labels on every series "
      "beside the short workload key: a comma list of pod, namespace, container, container_id, "
      "cgroup (the full path), or none (default pod,namespace,container; stallwatch_cgroup_info "
      "keeps them all for joins)")
-    ("metrics.calls", po::value<std::string>(), "CUDA call series: class (default: one per "
+    ("metrics.calls", value("class|call"), "CUDA call series: class (default: one per "
      "class of call: launch, sync, copy, memory, graph_build, nccl, other) or call (one per call)")
-    ("metrics.histogram-ladder", po::value<std::string>(), "classic histogram bounds: x4 "
+    ("metrics.histogram-ladder", value("x4|x2|x16"), "classic histogram bounds: x4 "
      "(default: every 2nd power of two, 14 bounds), x2 (every power, 27) or x16 (every 4th, 7)")
-    ("db", po::value<std::string>(), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
+    ("max-cgroups", value("N"), "cgroups with their own series; the rest fold into "
+     "cgroup=\"_overflow\" (default 256)");
+  store.add_options()
+    ("db", value("PATH"), "chain store path (default /var/lib/stallwatch/stallwatch.db; "
      "\"none\" keeps no store)")
-    ("max-db", po::value<std::string>(), "prune the oldest data past this size: 2GiB, 500MiB "
+    ("max-db", value("SIZE"), "prune the oldest data past this size: 2GiB, 500MiB "
      "(default 2GiB)")
-    ("retention", po::value<std::string>(), "delete data older than this: 12h, 7d (default 7d)")
-    ("window", po::value<std::string>(), "snapshot window: 500ms, 5s, 1m (default 5s)")
-    ("outlier-threshold", po::value<std::string>(),
+    ("retention", value("DURATION"), "delete data older than this: 12h, 7d (default 7d)");
+  tracing.add_options()
+    ("window", value("DURATION"), "snapshot window: 500ms, 5s, 1m (default 5s)")
+    ("outlier-threshold", value("DURATION"),
      "calls at least this long are sent to user space one by one (default 1ms)")
-    ("stacks", po::value<std::string>(), "on (default) or off: the native and Python stack of "
+    ("stacks", value("on|off"), "on (default) or off: the native and Python stack of "
      "each outlier call, for the call sites of chains and `stallwatch stacks`")
-    ("hang-threshold", po::value<std::string>(),
+    ("hang-threshold", value("DURATION"),
      "a synchronize, copy or NCCL op still open this long opens a critical call_hang chain "
      "(1s to 24h, default 60s)")
-    ("rescan-interval", po::value<std::string>(),
+    ("rescan-interval", value("DURATION"),
      "full /proc rescan for CUDA libraries (default 30s; mappings are also caught as they happen)")
-    ("detach-linger", po::value<std::string>(),
+    ("detach-linger", value("DURATION"),
      "keep probes on a library this long after the last process unmapped it (default 30s)")
-    ("max-cgroups", po::value<std::string>(), "cgroups with their own series; the rest fold into "
-     "cgroup=\"_overflow\" (default 256)")
-    ("max-libraries", po::value<std::string>(), "CUDA library files (container image copies) "
+    ("max-libraries", value("N"), "CUDA library files (container image copies) "
      "traced at once, ~42 probes each; more are refused, logged and counted (default 128)")
-    ("library-dirs", po::value<std::string>(), "comma list of directories whose CUDA library "
+    ("library-dirs", value("DIR[,DIR]"), "comma list of directories whose CUDA library "
      "files get probes at start and at each rescan, before any process maps them (no first "
      "calls lost after a dlopen)")
-    ("cgroup-roots", po::value<std::string>(), "comma list of up to 8 cgroups, as paths from "
+    ("cgroup-roots", value("PATH[,PATH]"), "comma list of up to 8 cgroups, as paths from "
      "the cgroup2 mount (/kubepods.slice, /slurm.slice): only processes in them or below are "
      "traced; others cost a flag test per CUDA call (default: every cgroup)")
-    ("attach-on-disk", po::value<std::string>(), "true: also attach the CUDA libraries of the "
+    ("attach-on-disk", value("true|false|auto"), "true: also attach the CUDA libraries of the "
      "standard directories (CUDA toolkit, distribution, conda, pip wheels) at start, so no call "
      "right after a dlopen is lost; false: each file is attached when a process first maps it; "
      "auto (default): true where the kernel has multi-uprobe links, false elsewhere")
-    ("launch-layer", po::value<std::string>(), "whose kernel launches get probes: driver "
+    ("launch-layer", value("LAYER"), "whose kernel launches get probes: driver "
      "(cuLaunchKernel*, one probe pair per launch, also launches that skip the runtime), runtime "
      "(cudaLaunchKernel only), both (two pairs per runtime launch), none (no launch probed: no "
      "trap per launch for launch-bound jobs; no launch rate or latency) (default driver)")
-    ("probe-sites", po::value<std::string>(), "auto (default): each probe on the first "
+    ("probe-sites", value("auto|entry"), "auto (default): each probe on the first "
      "instruction of its function that this kernel emulates (measured at start), past endbr64 "
      "and compares, e.g. the je of NVIDIA's driver stubs instead of their single-stepped compare "
      "(~10x cheaper a call); entry: every probe at its symbol's first byte")
-    ("cost-budget", po::value<std::string>(), "the most a workload pays in probes, as a share of "
+    ("cost-budget", value("PERCENT"), "the most a workload pays in probes, as a share of "
      "its CUDA-issuing threads' CPU time: above it its kernel launches' probes are duty-cycled "
      "(counts scaled back; synchronize, copy, allocation and NCCL calls keep every probe), e.g. "
      "0.5%; 0: no budget (default 1%)")
-    ("uprobe-multi", po::value<std::string>(), "on: one multi-uprobe link per library file and "
+    ("uprobe-multi", value("on|off"), "on: one multi-uprobe link per library file and "
      "direction where the kernel has them (Linux 6.6; attach and detach in milliseconds); off: "
-     "one link per probe, as on older kernels (default on)")
-    ("kube-api", po::value<std::string>(), "Kubernetes API server for pod/namespace/container "
-     "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
-    ("kube-node", po::value<std::string>(), "this node's name, whose pods are listed (default "
-     "$NODE_NAME, else the hostname)")
-    ("kube-refresh", po::value<std::string>(), "list the node's pods this often (default 60s; a "
-     "new pod is looked up at once, at most every 5s)")
-    ("gpu-monitor", po::value<std::string>(), "on (default): read each GPU's clocks, throttle "
+     "one link per probe, as on older kernels (default on)");
+  gpu.add_options()
+    ("gpu-monitor", value("on|off"), "on (default): read each GPU's clocks, throttle "
      "reasons, temperature, power and processes through NVML, and Xid errors from /dev/kmsg, for "
      "the gpu_throttle and gpu_xid chains; off: neither")
-    ("nvml-library", po::value<std::string>(), "the NVML library to load (default "
+    ("nvml-library", value("PATH"), "the NVML library to load (default "
      "libnvidia-ml.so.1 as the dynamic loader finds it); absent, GPU readings are off and the "
      "daemon goes on")
-    ("gpu-sample-interval", po::value<std::string>(), "how often NVML is read (50ms to 10s, "
-     "default 250ms)")
-    ("path.procfs", po::value<std::string>(), "the host's procfs mount point (default /proc; "
+    ("gpu-sample-interval", value("DURATION"), "how often NVML is read (50ms to 10s, "
+     "default 250ms)");
+  kube.add_options()
+    ("kube-api", value("URL|none"), "Kubernetes API server for pod/namespace/container "
+     "names (default: in a pod, the in-cluster address; \"none\" turns it off)")
+    ("kube-node", value("NAME"), "this node's name, whose pods are listed (default "
+     "$NODE_NAME, else the hostname)")
+    ("kube-refresh", value("DURATION"), "list the node's pods this often (default 60s; a "
+     "new pod is looked up at once, at most every 5s)");
+  paths.add_options()
+    ("path.procfs", value("PATH"), "the host's procfs mount point (default /proc; "
      "e.g. /host/proc in a container)")
-    ("path.sysfs", po::value<std::string>(), "the host's sysfs mount point (default /sys)");
+    ("path.sysfs", value("PATH"), "the host's sysfs mount point (default /sys)");
   // clang-format on
-  add_log_flags(desc);
+  add_log_flags(logging);
   for (const auto& f : otlp::push_flag_infos()) {
+    const char* placeholder = otlp_placeholder(f.name);
     if (f.repeatable) {
-      desc.add_options()(f.name, po::value<std::vector<std::string>>()->composing(), f.help);
+      otlp.add_options()(
+          f.name, po::value<std::vector<std::string>>()->composing()->value_name(placeholder),
+          f.help);
     } else {
-      desc.add_options()(f.name, po::value<std::string>(), f.help);
+      otlp.add_options()(f.name, value(placeholder), f.help);
     }
+  }
+  for (const auto* group :
+       {&web, &metrics, &store, &tracing, &gpu, &kube, &otlp, &logging, &paths}) {
+    desc.add(*group);
   }
   return desc;
 }
@@ -569,7 +625,8 @@ Result<Ok> check_config_lines(const std::string& text, const std::string& file,
                               std::map<std::string, int>& lines) {
   std::vector<std::string> names;
   for (const auto& opt : desc.options()) {
-    if (opt->long_name() != "help" && opt->long_name() != "config") names.push_back(opt->long_name());
+    const std::string& name = opt->long_name();
+    if (name != "help" && name != "version" && name != "config") names.push_back(name);
   }
   std::istringstream in(text);
   std::string line;
@@ -610,7 +667,7 @@ Result<Ok> check_config_lines(const std::string& text, const std::string& file,
 std::vector<std::string> unknown_run_variables(const std::vector<std::string>& env) {
   std::vector<std::string> known;
   for (const auto& name : run_flag_names()) {
-    if (name != "help") known.push_back(env_var_name(kRunEnvPrefix, name));
+    if (name != "help" && name != "version") known.push_back(env_var_name(kRunEnvPrefix, name));
   }
   std::vector<std::string> out;
   for (const auto& entry : env) {
@@ -654,7 +711,14 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
   if (!command_line) {
     return make_error(command_line.error().message + " (see `stallwatch run --help`)");
   }
-  auto environment = parse_environment(env, desc, kRunEnvPrefix, {"help"});
+  // --help and --version answer whatever the environment and the config file hold.
+  if (command_line->count("help") || command_line->count("version")) {
+    o.help = true;
+    o.version = command_line->count("help") == 0;
+    if (usage && o.version) *usage = version_text();
+    return o;
+  }
+  auto environment = parse_environment(env, desc, kRunEnvPrefix, {"help", "version"});
   if (!environment) {
     return make_error(environment.error().message + " (see `stallwatch run --help`)");
   }
@@ -726,10 +790,6 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
       return make_error(o.config + ": " + po_error_message(e) + " (see `stallwatch run --help`)");
     }
     file_layer = flags.layers() - 1;
-  }
-  if (flags.layer(0).count("help")) {
-    o.help = true;
-    return o;
   }
   return resolve(flags, file_layer, std::move(o));
 }

@@ -70,7 +70,8 @@ struct RunOptions {
   std::string config;
   LogSettings log;       // --log.level, --log.format, -v
   bool verbose = false;  // debug logging (-v or --log.level=debug)
-  bool help = false;
+  bool help = false;     // --help or --version: print `usage` and exit 0
+  bool version = false;  // --version (then `help` is set too)
   // Flags whose value came from the environment, and the variable's name.
   std::map<std::string, std::string> from_env;
 
@@ -78,13 +79,16 @@ struct RunOptions {
 };
 
 // args exclude the program and subcommand names; env holds "NAME=value" strings (environ).
-// A `help` result carries the usage text in `usage`.
+// A `help` result carries what to print in `usage`: the usage text for --help, the version text
+// (cli/version.h) for --version; either is answered before the environment and the config file
+// are read, so a broken one cannot hide them.
 Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
                                      const std::vector<std::string>& env, std::string* usage);
 // The same without environment variables.
 Result<RunOptions> parse_run_options(const std::vector<std::string>& args, std::string* usage);
 
-// The long names of every run flag, in --help order (each has a STALLWATCH_ variable but help).
+// The long names of every run flag, in --help order (each has a STALLWATCH_ variable but help
+// and version).
 std::vector<std::string> run_flag_names();
 
 // STALLWATCH_* variables of `env` that set nothing (a typo such as STALLWATCH_WINDOWS), each

@@ -18,6 +18,7 @@
 
 #include "cli/flags.h"
 #include "cli/open_store.h"
+#include "cli/version.h"
 #include "common/duration.h"
 #include "common/json.h"
 #include "common/strings.h"
@@ -42,6 +43,7 @@ constexpr const char* kUsage =
     "  --max-rows N     print at most N rows (1 to 1000000000); a note on stderr says when\n"
     "                   more were left out\n"
     "  -h, --help       this text\n"
+    "  --version        the version (as `stallwatch version`)\n"
     "\n"
     "Rows are printed as they come (a table aligns its columns on the first 1,000 rows).\n"
     "\n"
@@ -63,14 +65,15 @@ struct Options {
   std::chrono::nanoseconds timeout = kDefaultReadTimeout;
   std::uint64_t max_rows = 0;  // 0: all
   bool help = false;
+  bool version = false;
 };
 
 // A usage error's message, or nullopt.
 std::optional<std::string> parse(const std::vector<std::string>& args, Options& o) {
   po::options_description desc;
   // clang-format off
+  add_help_flags(desc);
   desc.add_options()
-    ("help,h", "")
     ("db", po::value<std::string>(), "")
     ("format", po::value<std::string>(), "")
     ("timeout", po::value<std::string>(), "")
@@ -81,8 +84,9 @@ std::optional<std::string> parse(const std::vector<std::string>& args, Options& 
   positional.add("sql", -1);
   auto vm = parse_flags(args, desc, &positional);
   if (!vm) return vm.error().message;
-  if (vm->count("help")) {
-    o.help = true;
+  if (vm->count("help") || vm->count("version")) {
+    o.help = vm->count("help") > 0;
+    o.version = !o.help;
     return std::nullopt;
   }
   if (vm->count("db")) {
@@ -425,14 +429,13 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
 
 int query_main(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Options o;
-  if (auto e = parse(args, o)) {
-    err << kPrefix << *e << "\n"
-        << "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout D] 'SQL' "
-           "(see --help)\n";
-    return 2;
-  }
+  if (auto e = parse(args, o)) return usage_error(err, "query", *e);
   if (o.help) {
     out << kUsage;
+    return 0;
+  }
+  if (o.version) {
+    out << version_text();
     return 0;
   }
   return run(o, out, err);

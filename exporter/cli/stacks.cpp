@@ -1,4 +1,3 @@
-#include "common/strings.h"
 #include "cli/stacks.h"
 
 #include <chrono>
@@ -6,7 +5,9 @@
 
 #include "cli/flags.h"
 #include "cli/open_store.h"
+#include "cli/version.h"
 #include "common/duration.h"
+#include "common/strings.h"
 #include "store/report.h"
 #include "store/schema.h"
 #include "store/sqlite.h"
@@ -34,21 +35,19 @@ constexpr const char* kUsage =
     "  --pid P          one process\n"
     "  --cgroup PATH    this cgroup and the cgroups below it\n"
     "  --call NAME      one CUDA call, e.g. cudaStreamSynchronize\n"
-    "  --timeout D      give up after D (default 30s; 0 for none)\n";
+    "  --timeout D      give up after D (default 30s; 0 for none)\n"
+    "  -h, --help       this text\n"
+    "  --version        the version (as `stallwatch version`)\n";
 
-int usage_error(const std::string& m) {
-  std::cerr << kPrefix << m << "\nusage: stallwatch stacks [--db PATH] [--since D] [--pid P] "
-                               "[--cgroup C] [--call NAME] (see --help)\n";
-  return 2;
-}
+int usage_error(const std::string& m) { return cli::usage_error(std::cerr, "stacks", m); }
 
 }  // namespace
 
 int stacks_main(const std::vector<std::string>& args) {
   po::options_description desc;
   // clang-format off
+  add_help_flags(desc);
   desc.add_options()
-    ("help,h", "")
     ("db", po::value<std::string>(), "")
     ("since", po::value<std::string>(), "")
     ("pid", po::value<std::string>(), "")
@@ -60,6 +59,10 @@ int stacks_main(const std::vector<std::string>& args) {
   if (!vm) return usage_error(vm.error().message);
   if (vm->count("help")) {
     std::cout << kUsage;
+    return 0;
+  }
+  if (vm->count("version")) {
+    std::cout << version_text();
     return 0;
   }
   std::string db = "/var/lib/stallwatch/stallwatch.db";

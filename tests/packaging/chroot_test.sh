@@ -79,8 +79,8 @@ if ! install; then
 fi
 echo "packaging.chroot: apt installed $(basename "$deb") and $(grep -c '^Setting up' "$out/apt-install.log") packages in $(($(date +%s) - start)) s"
 
-got=$(chroot "$root" stallwatch version)
-[ "$got" = "stallwatch $version ($(sed 's/.*\.//' <<< "$version"))" ] ||
+got=$(chroot "$root" stallwatch version | sed -n 1p)
+[ "$got" = "stallwatch, version $version (revision: $(sed 's/.*\.//' <<< "$version"))" ] ||
   fail "stallwatch version in the chroot prints '$got' (package $version)"
 [ -f "$root/lib/systemd/system/stallwatch.service" ] || fail "the unit is not installed"
 [ ! -e "$root/etc/systemd/system/multi-user.target.wants/stallwatch.service" ] ||

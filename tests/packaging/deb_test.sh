@@ -24,7 +24,9 @@ debs=("$out"/deb/stallwatch_*.deb)
 deb=${debs[0]}
 echo "packaging.deb: $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB"
 
-version=$("$build/stallwatch" version | awk '{print $2}')
+# `stallwatch, version 0.1.0+git340.0fa3feda3de1 (revision: 0fa3feda3de1)`, then build date,
+# compiler and platform lines.
+version=$("$build/stallwatch" version | sed -n '1s/^stallwatch, version \([^ ]*\) (revision: [0-9a-f]*)$/\1/p')
 [[ "$version" =~ ^0\.1\.0\+git[0-9]+\.[0-9a-f]{12}$ ]] ||
   fail "stallwatch version prints '$version', not 0.1.0+git<commits>.<sha>"
 dpkg --validate-version "$version" || fail "'$version' is not a valid Debian version"
@@ -68,7 +70,8 @@ for cmd in run check explain query demo stacks export mcp; do
   usage=$("$build/stallwatch" "$cmd" --help | sed -n 1p)
   grep -qF -- "$usage" <<< "$man" || fail "the man page lacks '$usage' (stallwatch $cmd --help)"
 done
-grep -qF "$version" <<< "$man" || fail "the man page does not name version $version"
+# The footer names the version without its commit (the whole string would run into the date).
+grep -qF "stallwatch ${version%.*}" <<< "$man" || fail "the man page does not name version ${version%.*}"
 
 # lintian: no errors; warnings are printed (docs/deployment.md "Install from the .deb" explains them).
 lintian --fail-on error --no-tag-display-limit "$deb" > "$out/deb/lintian.txt" 2>&1 || {

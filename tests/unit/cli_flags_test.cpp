@@ -185,6 +185,7 @@ TEST(ExplainFlagsTest, UnknownOptionIsUsage2) {
   EXPECT_EQ(parse_explain_options({"--since=0s"}).error().message, "--since must be longer than 0");
   EXPECT_EQ(explain_main({"--bogus"}), 2);
   EXPECT_EQ(explain_main({"--help"}), 0);
+  EXPECT_TRUE(parse_explain_options({"--version"})->version);
 }
 
 // ---- query ----
@@ -215,13 +216,16 @@ TEST(QueryFlagsTest, BothSpellings) {
 TEST(QueryFlagsTest, UnknownOptionIsUsage2) {
   const QueryOutcome o = query({"--frobnicate", "SELECT 1"});
   EXPECT_EQ(o.code, 2);
-  EXPECT_EQ(o.err,
-            "stallwatch query: unrecognised option '--frobnicate'\n"
-            "usage: stallwatch query [--db PATH] [--format table|csv|json] [--timeout D] 'SQL' "
-            "(see --help)\n");
+  // One line, as every command's usage error (issue #51).
+  EXPECT_EQ(
+      o.err,
+      "stallwatch query: unrecognised option '--frobnicate' (see `stallwatch query --help`)\n");
   EXPECT_EQ(query({"--format=yaml", "SELECT 1"}).code, 2);
   EXPECT_EQ(query({"SELECT", "1"}).code, 2);
   EXPECT_EQ(query({"--help"}).code, 0);
+  const QueryOutcome v = query({"--version"});
+  EXPECT_EQ(v.code, 0);
+  EXPECT_TRUE(v.out.starts_with("stallwatch, version ")) << v.out;
 }
 
 // ---- demo ----
@@ -272,6 +276,8 @@ TEST(DemoFlagsTest, UnknownOptionIsUsage2) {
                   .error()
                   .message.starts_with("--otlp-interval: invalid duration 'soon'"));
   EXPECT_EQ(demo_main({"--bogus"}), 2);
+  EXPECT_TRUE(parse_demo_options({"--list"})->list);
+  EXPECT_TRUE(parse_demo_options({"--version"})->version);
   EXPECT_EQ(demo_main({"--log.level=loud"}), 2);
 }
 
@@ -282,6 +288,8 @@ TEST(CheckFlagsTest, ParsesAndRejects) {
   EXPECT_FALSE(parse_check_options({})->json);
   EXPECT_TRUE(parse_check_options({"-h"})->help);
   EXPECT_TRUE(parse_check_options({"--help"})->help);
+  EXPECT_TRUE(parse_check_options({"--version"})->version);
+  EXPECT_FALSE(parse_check_options({"--json"})->version);
   EXPECT_EQ(parse_check_options({"--bogus"}).error().message, "unrecognised option '--bogus'");
   EXPECT_FALSE(parse_check_options({"--json=yes"}).ok());
   EXPECT_FALSE(parse_check_options({"extra"}).ok());

@@ -338,6 +338,41 @@ TEST(ParseRunOptionsTest, Help) {
   const auto short_help = parse({"-h"});
   ASSERT_TRUE(short_help.ok());
   EXPECT_TRUE(short_help->help);
+  EXPECT_FALSE(short_help->version);
+}
+
+// --help groups the flags under headings, each value flag with a typed placeholder (issue #51).
+TEST(ParseRunOptionsTest, HelpGroupsTheFlagsWithPlaceholders) {
+  std::string usage;
+  ASSERT_TRUE(parse({"--help"}, &usage).ok());
+  for (const char* heading :
+       {"\nGeneral:\n", "\nWeb:\n", "\nMetrics:\n", "\nStore:\n", "\nTracing:\n", "\nGPU:\n",
+        "\nKubernetes:\n", "\nOTLP:\n", "\nLogging:\n", "\nPaths:\n"}) {
+    EXPECT_TRUE(contains(usage, heading)) << heading << " in:\n" << usage;
+  }
+  for (const char* line : {"  --window DURATION ", "  --max-db SIZE ", "  --db PATH ",
+                           "  --web.listen-address ADDR:PORT ", "  --otlp-header KEY=VALUE ",
+                           "  --log.level LEVEL ", "  --stacks on|off "}) {
+    EXPECT_TRUE(contains(usage, line)) << line << " in:\n" << usage;
+  }
+  EXPECT_FALSE(contains(usage, " arg ")) << "a value flag without a placeholder:\n" << usage;
+  EXPECT_LT(usage.find("\nStore:\n"), usage.find("  --db PATH ")) << usage;
+  EXPECT_LT(usage.find("  --db PATH "), usage.find("\nTracing:\n")) << usage;
+}
+
+// --version: the version text, answered before the environment and the config file are read.
+TEST(ParseRunOptionsTest, Version) {
+  std::string text;
+  const auto o = parse_run_options({"--version"}, {"STALLWATCH_WINDOW=5"}, &text);
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_TRUE(o->help);
+  EXPECT_TRUE(o->version);
+  EXPECT_TRUE(text.starts_with("stallwatch, version ")) << text;
+  EXPECT_TRUE(contains(text, "\n  platform: linux/")) << text;
+  // STALLWATCH_VERSION is no setting: said once, as any other unknown variable.
+  EXPECT_EQ(unknown_run_variables({"STALLWATCH_VERSION=1"}).size(), 1u);
+  EXPECT_TRUE(parse({"--config", "/nonexistent/x.conf", "--version"}).ok());
+  EXPECT_TRUE(parse({"--config", "/nonexistent/x.conf", "--help"}).ok());
 }
 
 TEST(ParseRunOptionsTest, UsageFilledWithoutHelp) {
@@ -504,7 +539,7 @@ TEST_F(ConfigFile, EveryFlagHasItsVariable) {
   const std::vector<std::string> names = run_flag_names();
   ASSERT_GT(names.size(), 20u);
   for (const std::string& name : names) {
-    if (name == "help") continue;  // not a setting
+    if (name == "help" || name == "version") continue;  // not settings
     const auto sample = samples().find(name);
     ASSERT_NE(sample, samples().end()) << "add a sample value for --" << name << " to samples()";
     const std::string value = name == "config" ? config : sample->second;

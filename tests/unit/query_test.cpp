@@ -292,10 +292,12 @@ TEST_F(QueryTest, UsageErrorsAndHelp) {
       "                        [--max-rows N] 'SQL'\n"));
   o = run_query({"--db", db_});
   EXPECT_EQ(o.code, 2);
-  EXPECT_TRUE(o.err.starts_with("stallwatch query: no SQL statement given\n")) << o.err;
+  EXPECT_EQ(o.err, "stallwatch query: no SQL statement given (see `stallwatch query --help`)\n");
   o = run_query({"--db", db_, "--format", "yaml", "SELECT 1"});
   EXPECT_EQ(o.code, 2);
-  EXPECT_TRUE(o.err.starts_with("stallwatch query: unknown format 'yaml' (table, csv or json)\n"));
+  EXPECT_EQ(o.err,
+            "stallwatch query: unknown format 'yaml' (table, csv or json) (see `stallwatch query "
+            "--help`)\n");
   o = run_query({"--db", db_, "--frobnicate", "SELECT 1"});
   EXPECT_EQ(o.code, 2);
   o = run_query({"--db", db_, "SELECT", "1"});
@@ -329,9 +331,9 @@ TEST_F(QueryTest, TimeoutStopsAnEndlessStatementAndKeepsItsRows) {
 
   o = run_query({"--db", db_, "--timeout", "10ms", "SELECT 1"});
   EXPECT_EQ(o.code, 2);
-  EXPECT_TRUE(o.err.starts_with("stallwatch query: --timeout 10ms is out of range: use 100ms to "
-                                "24h, or 0 for no limit\n"))
-      << o.err;
+  EXPECT_EQ(o.err,
+            "stallwatch query: --timeout 10ms is out of range: use 100ms to 24h, or 0 for no limit "
+            "(see `stallwatch query --help`)\n");
   o = run_query({"--db", db_, "--timeout", "0", "--format", "csv",
                  "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n LIMIT 5) "
                  "SELECT i FROM n"});
