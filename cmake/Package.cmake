@@ -6,6 +6,8 @@
 #   share/stallwatch/{dashboards,alerts}      Grafana dashboards, Prometheus rules and tests
 #   share/doc/stallwatch/runbooks             one page per alert
 #   share/man/man8/stallwatch.8.gz            generated from every subcommand's --help
+#   share/bash-completion/completions/stallwatch   commands, flags and demo scenarios, asked of
+#                                             the binary (packaging/completion/stallwatch.bash)
 # and outside it (conffiles in the package): /etc/default/stallwatch and
 # /etc/stallwatch/stallwatch.conf. /var/lib/stallwatch is the unit's StateDirectory.
 # Runtime Depends come from dpkg-shlibdeps over the binary, never typed here.
@@ -30,6 +32,8 @@ else()
 endif()
 
 install(TARGETS stallwatch RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+install(FILES packaging/completion/stallwatch.bash
+        DESTINATION "${CMAKE_INSTALL_DATADIR}/bash-completion/completions" RENAME stallwatch)
 # The unit as installed runs the installed binary: its path is known at install time only
 # (cmake --install --prefix, or /usr in the package), so the unit is written then.
 install(CODE "

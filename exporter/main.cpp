@@ -47,8 +47,10 @@ constexpr const char* kUsage =
 constexpr const char* kVersionUsage =
     "usage: stallwatch version\n"
     "\n"
-    "Prints the version, revision, build date, compiler and platform (as every command's\n"
-    "--version does).\n";
+    "Prints what `stallwatch --version` and every command's --version print: the version,\n"
+    "revision, build date, compiler and platform.\n"
+    "\n"
+    "  -h, --help  this text\n";
 
 using Command = int (*)(const std::vector<std::string>&);
 

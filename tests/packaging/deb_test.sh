@@ -2,7 +2,7 @@
 # packaging.deb: makes the .deb from this build with CPack (as `make deb` does) into
 # PKG_DIR/deb and checks it with Debian's tools: its name and version are the binary's
 # (`stallwatch version`), the file list (binary, unit, conffiles, dashboards, alerts, runbooks,
-# man page, copyright, changelog), Depends computed by dpkg-shlibdeps and free of test-only
+# man page, bash completion, copyright, changelog), Depends computed by dpkg-shlibdeps and free of test-only
 # libraries, the unit pointing at /usr/bin and not enabled, lintian without errors, and the
 # man page carrying every subcommand's usage. Leaves the .deb for packaging.chroot.
 # Usage: deb_test.sh BUILD_DIR PKG_DIR
@@ -38,7 +38,8 @@ arch=$(dpkg --print-architecture)
 dpkg-deb -c "$deb" | awk '{print $6}' | sed 's,^\./,/,' > "$out/deb/files"
 for f in /usr/bin/stallwatch /lib/systemd/system/stallwatch.service \
   /etc/default/stallwatch /etc/stallwatch/stallwatch.conf \
-  /usr/share/man/man8/stallwatch.8.gz /usr/share/doc/stallwatch/copyright \
+  /usr/share/man/man8/stallwatch.8.gz /usr/share/bash-completion/completions/stallwatch \
+  /usr/share/doc/stallwatch/copyright \
   /usr/share/doc/stallwatch/changelog.gz /usr/share/doc/stallwatch/runbooks/StallwatchCriticalChain.md \
   /usr/share/stallwatch/alerts/stallwatch.rules.yml /usr/share/stallwatch/alerts/alertmanager.yml \
   /usr/share/stallwatch/dashboards/stallwatch-overview.json \
