@@ -711,11 +711,13 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
   if (!command_line) {
     return make_error(command_line.error().message + " (see `stallwatch run --help`)");
   }
-  // --help and --version answer whatever the environment and the config file hold.
-  if (command_line->count("help") || command_line->count("version")) {
+  // --version answers whatever the environment and the config file hold. --help comes after
+  // both are read: `run OPTIONS --help` checks OPTIONS, the config file and the environment
+  // (tests/deploy/systemd_test.sh checks the unit's sample files so).
+  if (command_line->count("version") && !command_line->count("help")) {
     o.help = true;
-    o.version = command_line->count("help") == 0;
-    if (usage && o.version) *usage = version_text();
+    o.version = true;
+    if (usage) *usage = version_text();
     return o;
   }
   auto environment = parse_environment(env, desc, kRunEnvPrefix, {"help", "version"});
@@ -790,6 +792,10 @@ Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
       return make_error(o.config + ": " + po_error_message(e) + " (see `stallwatch run --help`)");
     }
     file_layer = flags.layers() - 1;
+  }
+  if (flags.layer(0).count("help")) {
+    o.help = true;
+    return o;
   }
   return resolve(flags, file_layer, std::move(o));
 }

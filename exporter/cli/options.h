@@ -80,8 +80,9 @@ struct RunOptions {
 
 // args exclude the program and subcommand names; env holds "NAME=value" strings (environ).
 // A `help` result carries what to print in `usage`: the usage text for --help, the version text
-// (cli/version.h) for --version; either is answered before the environment and the config file
-// are read, so a broken one cannot hide them.
+// (cli/version.h) for --version. --version is answered before the environment and the config
+// file are read, so a broken one cannot hide it; --help after them, so `run OPTIONS --help`
+// checks them all.
 Result<RunOptions> parse_run_options(const std::vector<std::string>& args,
                                      const std::vector<std::string>& env, std::string* usage);
 // The same without environment variables.
