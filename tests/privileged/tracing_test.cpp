@@ -294,7 +294,7 @@ TEST_F(Tracing, AShortJobAgreesInMetricsStoreExplainAndExport) {
                     "WHERE cgroup = '" + cg.label() + "'\""),
             "comm\r\ncuda_workload\r\n")
       << "named although it exited before a window read it alive";
-  const std::string explained = capture(bin + " explain --db " + db + " --since 1h 2>&1");
+  const std::string explained = capture(bin + " explain --db " + db + " --since 1h --cgroup " + cg.label() + " 2>&1");
   EXPECT_NE(explained.find("  " + cg.label() + ": 1 process, 1,500 CUDA calls"), std::string::npos)
       << explained;
   const std::string out = "/tmp/stallwatch-short-" + std::to_string(getpid()) + ".json";
