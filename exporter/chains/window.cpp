@@ -294,9 +294,9 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
         m.allocated += d.alloc_bytes;
         m.freed += d.freed_bytes;
         m.failures += d.alloc_failures;
-        if (!pc.exited) {  // what an exited process held went with it
-          m.live[static_cast<size_t>(trace::mem_kind(pc.call_id))] += pc.totals.live_bytes();
-        }
+        // An exited process's last window keeps what it held at its end (the rules read its
+        // growth up to there; the memory itself went with it).
+        m.live[static_cast<size_t>(trace::mem_kind(pc.call_id))] += pc.totals.live_bytes();
         if (d.alloc_failures > 0) {
           m.failed_bytes = std::max(m.failed_bytes, d.failed_bytes);
           if (d.alloc_failures > worst_failures[pc.pid]) {
