@@ -148,6 +148,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
     }
     batch.gpus = gpu_rows(view);
     batch.processes = std::move(view.processes);
+    for (auto& p : view.ended) batch.processes.push_back(std::move(p));
     const auto calls = trace::all_calls();
     for (const auto& [label, s] : snap->series) {
       for (const auto& c : s.inflight) {

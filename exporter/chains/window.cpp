@@ -356,17 +356,22 @@ WindowView diff_windows(const Snapshot* previous, const Snapshot& current) {
       if (pit == procs.end()) continue;  // victim idle this window
       pit->second.preemptors.push_back(std::move(d));
     }
-    if (!in_series) {  // the cgroup went with its processes: their rows only
-      for (auto& [pid, p] : procs) {
-        if (const ProcessInfo* info = info_of(pid)) {
-          p.comm = info->comm;
-          p.start_ns = info->start_ns;
-        }
-        p.first_seen = !seen_before.count(pid);
-        v.processes.push_back(std::move(p));
+    // Processes that exited: their rows go to the store (v.ended), never to the rules.
+    for (auto it = procs.begin(); it != procs.end();) {
+      if (s.process_info.count(it->first) || !gone.info.count(it->first)) {
+        ++it;
+        continue;
       }
-      continue;
+      ProcessWindow& p = it->second;
+      if (const ProcessInfo* info = info_of(it->first)) {
+        p.comm = info->comm;
+        p.start_ns = info->start_ns;
+      }
+      p.first_seen = !seen_before.count(it->first);
+      v.ended.push_back(std::move(p));
+      it = procs.erase(it);
     }
+    if (!in_series) continue;  // the cgroup went with its processes: their rows only
     SeriesWindow sw = series_window(label, s, before, procs);
     // What the traps cost as they fired, then the launches of cycled processes scaled to
     // estimates of all of them (the rules, the store and the budget read those).

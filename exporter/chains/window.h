@@ -99,6 +99,9 @@ struct WindowView {
   std::int64_t end_ns = 0;     // unix time the window ended
   std::int64_t window_ns = 0;  // its length
   std::vector<ProcessWindow> processes;  // by (cgroup, pid); only processes active this window
+  // Processes that exited since the last window: their last rows, for the store only (the rules
+  // never judge a window a process ended in, as before the store kept them).
+  std::vector<ProcessWindow> ended;
   std::map<std::string, SeriesWindow> series;  // by cgroup label; every series of the snapshot
   // The GPUs (by NVML index; empty without NVML, or while its readings are stale), the Xid
   // errors logged this window, and which GPUs each CUDA process uses.
