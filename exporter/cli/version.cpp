@@ -1,6 +1,8 @@
 #include "cli/version.h"
 
+#ifndef STALLWATCH_VERSION  // the fuzz build defines it and generates no header
 #include "stallwatch_version.h"  // generated (cmake/GitVersion.cmake)
+#endif
 
 namespace stallwatch::cli {
 
