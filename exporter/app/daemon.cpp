@@ -102,40 +102,6 @@ Result<int> take_lock(const std::string& path, const std::string& what, std::str
 
 // What the user typed must exist (issue #51: --path.procfs /nope used to say "ready" and trace
 // nothing). One line naming the flag and the fix; false to exit 2.
-bool paths_exist(const RunOptions& o) {
-  struct stat st{};
-  auto is_dir = [&](const std::string& p) { return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode); };
-  auto is_file = [&](const std::string& p) { return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode); };
-  if (!is_file(o.procfs + "/stat") || !is_dir(o.procfs + "/self")) {
-    SW_LOG(kError) << "--path.procfs " << escape_line(o.procfs)
-                   << " is not a procfs mount (no " << escape_line(o.procfs) << "/stat)";
-    SW_LOG(kHint) << "the host's /proc: /proc on the host, e.g. /host/proc in a container "
-                     "that mounts it there";
-    return false;
-  }
-  if (!is_dir(o.sysfs + "/kernel") || !is_dir(o.sysfs + "/devices")) {
-    SW_LOG(kError) << "--path.sysfs " << escape_line(o.sysfs) << " is not a sysfs mount (no "
-                   << escape_line(o.sysfs) << "/kernel)";
-    SW_LOG(kHint) << "the host's /sys: /sys on the host, e.g. /host/sys in a container";
-    return false;
-  }
-  for (const std::string& dir : o.library_dirs) {
-    if (is_dir(dir)) continue;
-    SW_LOG(kError) << "--library-dirs: " << escape_line(dir) << " is not a directory";
-    SW_LOG(kHint) << "name directories that hold CUDA libraries (libcudart.so.*, libcuda.so.*), "
-                     "e.g. /usr/local/cuda/lib64";
-    return false;
-  }
-  if (o.gpu_monitor && !o.nvml_library.empty() && o.nvml_library.find('/') != std::string::npos &&
-      !is_file(o.nvml_library)) {
-    SW_LOG(kError) << "--nvml-library " << escape_line(o.nvml_library) << " does not exist";
-    SW_LOG(kHint) << "the driver's libnvidia-ml.so.1 (ldconfig -p | grep nvidia-ml), or leave "
-                     "the flag out to load it as the dynamic loader finds it";
-    return false;
-  }
-  return true;
-}
-
 // The checks without which no probe can be loaded; run first so the error names the cause.
 bool preflight() {
   bool ok = true;
@@ -186,7 +152,11 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
   }
   for (const auto& line : unknown_run_variables(env)) SW_LOG(kWarn) << line;
   if (!o.config.empty()) SW_LOG(kInfo) << "config: " << escape_line(o.config);
-  if (!paths_exist(o)) return 2;
+  if (const CheckItem paths = paths_check(o); paths.status == Status::kFail) {
+    SW_LOG(kError) << paths.detail;
+    SW_LOG(kHint) << paths.fix;
+    return 2;
+  }
   if (!preflight()) return 1;
   raise_fd_limit();
   // One daemon per node (each would put its probes on every library, and every call would pay

@@ -28,6 +28,7 @@
 #include <sstream>
 
 #include "cli/flags.h"
+#include "cli/options.h"
 #include "cli/version.h"
 #include "common/json.h"
 #include "common/size.h"
@@ -385,11 +386,10 @@ CheckItem cgroup_check() {
   return cgroup_item(classify_cgroup(mountinfo));
 }
 
-// NVML, as `run` loads it (STALLWATCH_NVML_LIBRARY is --nvml-library): the GPUs and what each
-// reads now. Never a failure: without NVML the GPU chains are off and the rest works.
-CheckItem nvml_check() {
-  const char* lib = std::getenv("STALLWATCH_NVML_LIBRARY");
-  auto n = host::Nvml::open(lib ? lib : "");
+// NVML, as `run` loads it (--nvml-library, "" as the dynamic loader finds it): the GPUs and
+// what each reads now. Never a failure: without NVML the GPU chains are off and the rest works.
+CheckItem nvml_check(const std::string& library) {
+  auto n = host::Nvml::open(library);
   if (!n) {
     return {"nvml", Status::kWarn, n.error().message,
             "install the NVIDIA driver, or point --nvml-library (STALLWATCH_NVML_LIBRARY) at "
@@ -567,8 +567,48 @@ std::vector<CheckItem> run_preflight_checks() {
   return {btf_check(), capabilities_check(), tp_btf_check(), uprobes_check(), cgroup_check()};
 }
 
-CheckReport run_checks(const std::string& db) {
+CheckItem paths_check(const RunOptions& o) {
+  struct stat st{};
+  auto is_dir = [&](const std::string& p) { return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode); };
+  auto is_file = [&](const std::string& p) { return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode); };
+  const std::string procfs = escape_line(o.procfs), sysfs = escape_line(o.sysfs);
+  if (!is_file(o.procfs + "/stat") || !is_dir(o.procfs + "/self")) {
+    return {"paths", Status::kFail,
+            "--path.procfs " + procfs + " is not a procfs mount (no " + procfs + "/stat)",
+            "the host's /proc: /proc on the host, e.g. /host/proc in a container that mounts it "
+            "there"};
+  }
+  if (!is_dir(o.sysfs + "/kernel") || !is_dir(o.sysfs + "/devices")) {
+    return {"paths", Status::kFail,
+            "--path.sysfs " + sysfs + " is not a sysfs mount (no " + sysfs + "/kernel)",
+            "the host's /sys: /sys on the host, e.g. /host/sys in a container"};
+  }
+  for (const std::string& dir : o.library_dirs) {
+    if (is_dir(dir)) continue;
+    return {"paths", Status::kFail, "--library-dirs: " + escape_line(dir) + " is not a directory",
+            "name directories that hold CUDA libraries (libcudart.so.*, libcuda.so.*), e.g. "
+            "/usr/local/cuda/lib64"};
+  }
+  if (o.gpu_monitor && o.nvml_library.find('/') != std::string::npos &&
+      !is_file(o.nvml_library)) {
+    return {"paths", Status::kFail,
+            "--nvml-library " + escape_line(o.nvml_library) + " does not exist",
+            "the driver's libnvidia-ml.so.1 (ldconfig -p | grep nvidia-ml), or leave the flag out "
+            "to load it as the dynamic loader finds it"};
+  }
+  std::string d = "procfs " + procfs + ", sysfs " + sysfs;
+  d += o.library_dirs.empty() ? ", no --library-dirs" : ", library dirs";
+  for (size_t i = 0; i < o.library_dirs.size(); ++i) {
+    d += (i ? "," : " ") + escape_line(o.library_dirs[i]);
+  }
+  if (!o.nvml_library.empty() && o.gpu_monitor) d += ", NVML " + escape_line(o.nvml_library);
+  if (!o.config.empty()) d += " (config " + escape_line(o.config) + ")";
+  return {"paths", Status::kOk, d, ""};
+}
+
+CheckReport run_checks(const RunOptions& o) {
   CheckReport r;
+  r.items.push_back(paths_check(o));
   r.items.push_back(kernel_check());
   auto preflight = run_preflight_checks();
   r.items.insert(r.items.end(), preflight.begin(), preflight.begin() + 4);  // btf .. uprobes
@@ -580,8 +620,8 @@ CheckReport run_checks(const std::string& db) {
   r.items.push_back(memlock_check());
   r.items.push_back(otlp_check());
   r.items.push_back(kubernetes_check());
-  r.items.push_back(store_check(db));
-  r.items.push_back(nvml_check());
+  r.items.push_back(store_check(o.db));
+  r.items.push_back(nvml_check(o.gpu_monitor ? o.nvml_library : ""));
   r.items.push_back(kmsg_check());
   const trace::ProbeCalibration calibration = trace::calibrate_probes();
   r.items.push_back(probe_cost_check(calibration));
@@ -664,34 +704,49 @@ std::string render_json(const CheckReport& report) {
 }
 
 const char* const kCheckUsage =
-    "usage: stallwatch check [--db PATH] [--json]\n"
+    "usage: stallwatch check [--json] [RUN FLAGS]\n"
     "\n"
-    "Says whether this host can be traced and how to fix what is missing.\n"
-    "  --db PATH   the store run would use (default /var/lib/stallwatch/stallwatch.db): its\n"
-    "              size, free space, and what run will do if it cannot be opened\n"
-    "  --json      one JSON object instead of text\n"
-    "  -h, --help  this text\n"
-    "  --version   the version (as `stallwatch version`)\n";
+    "Says whether this host can be traced and how to fix what is missing. It reads the flags,\n"
+    "STALLWATCH_* variables and config file `run` would (/etc/stallwatch/stallwatch.conf when\n"
+    "present), and checks what they name: the paths, the store, the NVML library.\n"
+    "  --json       one JSON object instead of text\n"
+    "  RUN FLAGS    any flag of `stallwatch run` (see `stallwatch run --help`), e.g.\n"
+    "               --db PATH (the store: its size, free space, what run does if it cannot open\n"
+    "               it), --path.procfs, --path.sysfs, --library-dirs, --nvml-library, --config\n"
+    "  -h, --help   this text\n"
+    "  --version    the version (as `stallwatch version`)\n";
 
-Result<CheckOptions> parse_check_options(const std::vector<std::string>& args) {
-  po::options_description desc;
-  add_help_flags(desc);
-  desc.add_options()("json", "")("db", po::value<std::string>(), "");
-  auto vm = parse_flags(args, desc);
-  if (!vm) return vm.error();
+Result<CheckOptions> parse_check_options(const std::vector<std::string>& args,
+                                         const std::vector<std::string>& env) {
   CheckOptions o;
-  o.help = vm->count("help") > 0;
-  o.version = vm->count("version") > 0;
-  o.json = vm->count("json") > 0;
-  if (vm->count("db")) {
-    o.db = (*vm)["db"].as<std::string>();
-    if (o.db.empty()) return make_error("--db needs a path");
+  std::vector<std::string> run_args;
+  for (const std::string& a : args) {
+    if (a == "--json") {
+      o.json = true;
+    } else if (a == "-h" || a == "--help") {
+      o.help = true;
+    } else if (a == "--version") {
+      o.version = true;
+    } else {
+      run_args.push_back(a);
+    }
   }
+  if (o.help || o.version) return o;
+  auto run = parse_run_options(run_args, env, nullptr);
+  if (!run) {
+    std::string message = run.error().message;  // check's own usage error names check's help
+    constexpr std::string_view kRunHint = " (see `stallwatch run --help`)";
+    if (message.ends_with(kRunHint)) message.resize(message.size() - kRunHint.size());
+    return make_error(message);
+  }
+  o.run = std::move(*run);
   return o;
 }
 
 int check_main(const std::vector<std::string>& args) {
-  auto o = parse_check_options(args);
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) env.emplace_back(*e);
+  auto o = parse_check_options(args, env);
   if (!o) return usage_error(std::cerr, "check", o.error().message);
   if (o->help) {
     std::cout << kCheckUsage;
@@ -701,7 +756,7 @@ int check_main(const std::vector<std::string>& args) {
     std::cout << version_text();
     return 0;
   }
-  const CheckReport report = run_checks(o->db);
+  const CheckReport report = run_checks(o->run);
   std::cout << (o->json ? render_json(report) + "\n" : escape_text(render_text(report))) << std::flush;
   return report.tracing_possible() ? 0 : 1;
 }

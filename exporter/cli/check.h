@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/options.h"
 #include "common/result.h"
 #include "trace/calls.h"
 
@@ -66,7 +67,11 @@ struct CheckReport {
 // The checks without which no probe can load (btf, capabilities, tp_btf, uprobes, cgroup), in
 // that order; `run` uses them before loading, without the CUDA library scan.
 std::vector<CheckItem> run_preflight_checks();
-CheckReport run_checks(const std::string& db = "/var/lib/stallwatch/stallwatch.db");
+// o is what `run` would be given: its paths, store and NVML library are the ones checked.
+CheckReport run_checks(const RunOptions& o = {});
+// The paths run was given (--path.procfs, --path.sysfs, --library-dirs, --nvml-library), as
+// run refuses them at start: ok naming them, or the first that is wrong and its fix.
+CheckItem paths_check(const RunOptions& o);
 // Human output: a header, one aligned line per item, the CUDA libraries, a verdict line.
 std::string render_text(const CheckReport& report);
 // One JSON object (no trailing newline):
@@ -75,15 +80,17 @@ std::string render_text(const CheckReport& report);
 //  "python":[{"pid","comm","frames":bool,"detail"}]}
 std::string render_json(const CheckReport& report);
 struct CheckOptions {
-  std::string db = "/var/lib/stallwatch/stallwatch.db";  // --db: the store to look at
+  RunOptions run;  // the flags, STALLWATCH_* variables and config file run would read
   bool json = false;  // --json
   bool help = false;  // -h, --help
   bool version = false;  // --version
 };
-// "usage: stallwatch check [--db PATH] [--json]\n"
+// "usage: stallwatch check [--json] [RUN FLAGS]\n"
 extern const char* const kCheckUsage;
 // args exclude the program and subcommand names.
-Result<CheckOptions> parse_check_options(const std::vector<std::string>& args);
+// env: "NAME=value" entries, read as run reads them (STALLWATCH_*).
+Result<CheckOptions> parse_check_options(const std::vector<std::string>& args,
+                                         const std::vector<std::string>& env = {});
 // Parses, prints the report to stdout; returns 0 when tracing is possible, 1 when not, 2 on
 // bad usage.
 int check_main(const std::vector<std::string>& args);

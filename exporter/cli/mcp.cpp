@@ -227,7 +227,9 @@ Result<ToolOutput> run_tool(const McpOptions& o, const std::string& name, const 
                       static_cast<std::uint64_t>(integer(args, "max_rows", kDefaultQueryRows)));
   }
   // check
-  const CheckReport report = run_checks(o.db);
+  RunOptions run;
+  run.db = o.db;
+  const CheckReport report = run_checks(run);
   ToolOutput out;
   out.text = render_text(report);
   out.structured = Json::parse(render_json(report), nullptr, false);

@@ -290,7 +290,13 @@ TEST(CheckFlagsTest, ParsesAndRejects) {
   EXPECT_TRUE(parse_check_options({"--help"})->help);
   EXPECT_TRUE(parse_check_options({"--version"})->version);
   EXPECT_FALSE(parse_check_options({"--json"})->version);
-  EXPECT_EQ(parse_check_options({"--bogus"}).error().message, "unrecognised option '--bogus'");
+  EXPECT_EQ(parse_check_options({"--bogus"}).error().message,
+            "unrecognised option '--bogus'");
+  // run's flags and variables: check looks at what run would use.
+  EXPECT_EQ(parse_check_options({"--db", "/tmp/x.db", "--path.procfs", "/host/proc"})->run.db,
+            "/tmp/x.db");
+  EXPECT_EQ(parse_check_options({"--json", "--path.procfs", "/host/proc"})->run.procfs, "/host/proc");
+  EXPECT_EQ(parse_check_options({}, {"STALLWATCH_PATH_SYSFS=/host/sys"})->run.sysfs, "/host/sys");
   EXPECT_FALSE(parse_check_options({"--json=yes"}).ok());
   EXPECT_FALSE(parse_check_options({"extra"}).ok());
   EXPECT_EQ(check_main({"--bogus"}), 2);
