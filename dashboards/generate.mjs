@@ -44,6 +44,21 @@ const RI = '$__rate_interval';
 const gpuSel = (extra = '') => `{job=~"$job"${extra ? `, ${extra}` : ''}}`;
 const WORKLOAD_GPUS = `max by (job, instance, gpu) (${wl(`stallwatch_workload_gpu_info${sel()}`)})`;
 const onWorkloadGpus = (v) => `(${v} * on (job, instance, gpu) group_left () ${WORKLOAD_GPUS})`;
+// A job's NCCL ranks across nodes (docs/fleet.md): the per-rank series carry (workload, comm,
+// rank, world_size); stallwatch_job_info, itself a per-workload series, adds the rank's node and
+// job. onJob(v) restricts v to the ranks of the selected jobs ($job_id) and gives them both (one
+// info series per rank, or per workload for WORKLOAD_JOB: topk, so a duplicate never fails a
+// panel).
+const JOB_INFO = `topk by (job, instance, workload, comm, rank) (1, stallwatch_job_info${sel('job_id=~"$job_id"')})`;
+const onJob = (v) => `(${v} * on (job, instance, workload, comm, rank) group_left (node, job_id) ${JOB_INFO})`;
+const RANK = 'job_id, comm, rank, world_size, node';
+const perRank = (metric) => `sum by (job, instance, workload, comm, rank, world_size) (rate(${metric}${sel()}[${RI}]))`;
+// The score is recorded by alerts/stallwatch.rules.yml over every rank of a communicator, so the
+// median it compares with does not change with the workloads picked here.
+const SCORE = `stallwatch:nccl_rank_straggler_score${sel()}`;
+// The workloads (on their nodes) that hold a rank scored over the alert's 0.5.
+const STRAGGLING = `on (job, instance, workload) (${SCORE} > 0.5)`;
+const WORKLOAD_JOB = `topk by (job, instance, workload) (1, stallwatch_job_info${sel('job_id=~"$job_id"')})`;
 
 // ---------------------------------------------------------------- panel builders
 let nextId = 1;
@@ -430,12 +445,60 @@ function overview() {
   p.push(timeseries('Launch probe duty per workload', 'stallwatch_probe_duty_ratio: share of each window the workload\'s kernel-launch probes were attached. Below 1 the cost budget (--cost-budget; the budget line is stallwatch_probe_cost_budget_ratio) duty-cycles them: its launch series hold what the probes saw, a launch rate is rate(count) / this ratio, and windows in the store are scaled already.',
     [[`min by (workload) (${wl(`stallwatch_probe_duty_ratio${sel()}`)})`, '{{workload}}'],
      [`max by (instance) (stallwatch_probe_cost_budget_ratio${SELF})`, '{{instance}} budget']], { unit: 'percentunit', w: 8, min: 0, max: 1 }));
+
+  // Ids after the late panels above, so theirs stay the same (viewPanel links).
+  p.push(late(row('Job across nodes')));
+  p.push(late(timeseries('Collective wait per rank', 'rate(stallwatch_nccl_rank_wait_seconds_total): share of wall time each rank of the selected jobs ($job_id) waited for its collectives (inside NCCL ops and CUDA synchronizes), by node (stallwatch_job_info), communicator (NCCL commHash, the same on every node) and rank. In a synchronous collective the last rank to arrive waits least: a rank far under its peers holds the job back.',
+    [[`max by (${RANK}) (${onJob(wl(perRank('stallwatch_nccl_rank_wait_seconds_total')))})`, '{{node}} rank {{rank}}/{{world_size}} comm {{comm}}']], { unit: 'percentunit', min: 0 })));
+  p.push(late(timeseries('Straggler score per rank', 'stallwatch:nccl_rank_straggler_score (recorded by alerts/stallwatch.rules.yml over 5 minutes): 1 - the rank\'s wait share / the median over its communicator\'s ranks on every node; 0 at or above the median. Over 0.5 for 2 minutes, with a median over 5 %, StallwatchNcclStraggler fires. Needs the rules loaded in this Prometheus.',
+    [[`max by (${RANK}) (${onJob(wl(SCORE))})`, '{{node}} rank {{rank}}/{{world_size}} comm {{comm}}']], { unit: 'percentunit', min: 0, max: 1 })));
+  p.push(late(table('Ranks now', 'Each rank of the selected jobs now: its node, job and communicator, the share of time it waits for its collectives, its straggler score and its collectives per second (rate(stallwatch_nccl_rank_collectives_total)).',
+    [
+      [`max by (${RANK}) (${onJob(wl(perRank('stallwatch_nccl_rank_wait_seconds_total')))})`, ''],
+      [`max by (${RANK}) (${onJob(wl(SCORE))})`, ''],
+      [`max by (${RANK}) (${onJob(wl(perRank('stallwatch_nccl_rank_collectives_total')))})`, ''],
+    ], {
+      w: 12,
+      merge: true,
+      organize: {
+        excludeByName: { Time: true },
+        indexByName: { job_id: 0, node: 1, comm: 2, rank: 3, world_size: 4, 'Value #A': 5, 'Value #B': 6, 'Value #C': 7 },
+        renameByName: { 'Value #A': 'wait', 'Value #B': 'straggler score', 'Value #C': 'collectives/s' },
+      },
+      overrides: [
+        { matcher: { id: 'byName', options: 'wait' }, properties: [{ id: 'unit', value: 'percentunit' }] },
+        { matcher: { id: 'byName', options: 'straggler score' }, properties: [{ id: 'unit', value: 'percentunit' }, { id: 'custom.cellOptions', value: { type: 'color-background' } }, { id: 'thresholds', value: thresholds([[0.25, 'orange'], [0.5, 'red']]) }] },
+        { matcher: { id: 'byName', options: 'collectives/s' }, properties: [{ id: 'unit', value: 'cps' }] },
+      ],
+    })));
+  p.push(late(table('Open chains of the straggling ranks', 'Chains open now (stallwatch_chain_active > 0) on the workloads, on their own nodes, that hold a rank scored over 0.5. StallwatchNcclStraggler names the most severe of them as its host_cause, nccl_straggler and call_hang left out (symptoms, not causes). `stallwatch explain --since 1h --cgroup CGROUP` on that node tells the story.',
+    [[`(${wl(`stallwatch_chain_active${sel()}`)} > 0) * on (job, instance, workload) group_left (node, job_id) ${WORKLOAD_JOB} and ${STRAGGLING}`, '']], {
+      w: 12,
+      organize: {
+        excludeByName: { Time: true, Value: true, __name__: true, job: true },
+        indexByName: { job_id: 0, node: 1, kind: 2, severity: 3, namespace: 4, pod: 5, container: 6, workload: 7, cgroup: 8, container_id: 9, instance: 10 },
+      },
+    })));
+  p.push(late(table('Culprits named by those chains', 'stallwatch_chain_culprit_info of the same workloads: the processes each open chain blames first (its top contributors apart from the workload\'s own), by chain kind.',
+    [[`${wl(`stallwatch_chain_culprit_info${sel()}`)} * on (job, instance, workload) group_left (node, job_id) ${WORKLOAD_JOB} and ${STRAGGLING}`, '']], {
+      w: 24,
+      h: 6,
+      organize: {
+        excludeByName: { Time: true, Value: true, __name__: true, job: true },
+        indexByName: { job_id: 0, node: 1, kind: 2, culprit: 3, namespace: 4, pod: 5, container: 6, workload: 7, cgroup: 8, container_id: 9, instance: 10 },
+      },
+    })));
   return dashboard({
     uid: 'stallwatch-overview',
     title: 'GPU stalls — overview',
-    description: 'stallwatch: open causal chains, CUDA call latency, off-CPU time of the CUDA-issuing threads, the health of the daemons, and the GPUs\' clocks, temperature, power and Xid errors.',
+    description: 'stallwatch: open causal chains, CUDA call latency, off-CPU time of the CUDA-issuing threads, the health of the daemons, the GPUs\' clocks, temperature, power and Xid errors, and a job\'s NCCL ranks across nodes (the straggler and its host cause).',
     tags: ['overview'],
     panels: stableIds(p),
+    extraVars: [
+      queryVar('job_id', 'job id', 'label_values(stallwatch_job_info{job=~"$job", workload=~"$workload"}, job_id)', {
+        description: 'The training job of the "Job across nodes" row (stallwatch_job_info: torchrun\'s run id, else the Slurm job id, else a pod label such as the JobSet name; All also matches ranks whose job is not known)',
+      }),
+    ],
   });
 }
 

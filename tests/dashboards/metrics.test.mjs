@@ -3,8 +3,9 @@
 // --hold` for scenarios that between them produce every family (OTLP self-metrics need
 // --otlp-endpoint: a closed port here; the store's, a --db in a temporary directory), /metrics
 // is scraped once each has its evidence, and every name used (histogram samples
-// _bucket/_sum/_count included) must be a sample name of it. Series from other exporters, and
-// the few that only `run` exports, are allowed by the explicit lists below, and nothing else.
+// _bucket/_sum/_count included) must be a sample name of it. Series from other exporters, the
+// few that only `run` exports and the recording rules of alerts/stallwatch.rules.yml the
+// dashboards read are allowed by the explicit lists below, and nothing else.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,6 +28,14 @@ const RUN_ONLY = {
   stallwatch_bpf_programs_loaded: ['program'],
   process_cpu_seconds_total: [],
   process_resident_memory_bytes: [],
+};
+// Recording rules of alerts/stallwatch.rules.yml the dashboards read (the Prometheus behind the
+// dashboards loads that file), with the labels each keeps besides job and instance: a value
+// that must cover every node at once, such as a rank's straggler score against its
+// communicator's median, cannot be computed from the workloads a dashboard has picked. Each
+// must be recorded in that file.
+const RECORDED = {
+  'stallwatch:nccl_rank_straggler_score': ['workload', 'comm', 'rank', 'world_size'],
 };
 // Labels Prometheus adds to every scraped series, and the histogram bucket label.
 const TARGET_LABELS = ['job', 'instance'];
@@ -117,6 +126,7 @@ function problemsWith(exposed, used) {
   const labelsOf = (name) => {
     if (name in EXTERNAL) return new Set([...EXTERNAL[name], ...TARGET_LABELS]);
     if (name in RUN_ONLY) return new Set([...RUN_ONLY[name], ...TARGET_LABELS]);
+    if (name in RECORDED) return new Set([...RECORDED[name], ...TARGET_LABELS]);
     if (native(name)) return new Set([...exposed.get(`${name}_bucket`)].filter((l) => l !== 'le').concat(TARGET_LABELS));
     return new Set([...(exposed.get(name) ?? []), ...TARGET_LABELS]);
   };
@@ -127,7 +137,7 @@ function problemsWith(exposed, used) {
       if (names.length === 0) problems.push(`${f} ${where}: reads no metric: ${expr}`);
       for (const n of names) {
         used.add(n);
-        if (n in EXTERNAL || n in RUN_ONLY) continue;
+        if (n in EXTERNAL || n in RUN_ONLY || n in RECORDED) continue;
         if (!n.startsWith('stallwatch_')) problems.push(`${f} ${where}: ${n} is neither stallwatch's nor in the allowed list`);
         else if (!exposed.has(n) && !native(n)) {
           const family = n.replace(/_(bucket|sum|count)$/, '');
@@ -162,6 +172,14 @@ function problemsWith(exposed, used) {
 test('the run-only families the dashboards may read are exported by metrics/model.cpp', () => {
   const model = readFileSync(join(here, '..', '..', 'metrics', 'model.cpp'), 'utf8');
   for (const n of Object.keys(RUN_ONLY)) assert.ok(model.includes(`"${n}"`), `metrics/model.cpp exports no ${n}`);
+});
+
+test('the recording rules the dashboards may read are recorded in alerts/stallwatch.rules.yml', () => {
+  const rules = readFileSync(join(here, '..', '..', 'alerts', 'stallwatch.rules.yml'), 'utf8');
+  for (const n of Object.keys(RECORDED)) {
+    assert.match(rules, new RegExp(`^\\s*- record: ${n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\s*$`, 'm'),
+      `alerts/stallwatch.rules.yml records no ${n}`);
+  }
 });
 
 test('every metric and label the dashboards use is in the exposition of the real daemon', { timeout: 120000 }, async () => {
