@@ -6,7 +6,8 @@
  * The bpf_cookie carries the call id (bits 0-31) and how to read the call's arguments (bits
  * 32-47, see exporter/trace/calls.h): argument positions of count, data type and communicator,
  * and the kind of call. Communicator setup calls (ncclCommInitRank*, InitAll, Split, UserRank,
- * Count) fill nccl_comms at their return; ops look their communicator up there.
+ * Count) fill nccl_comms at their return, with NCCL's commHash of the communicator where it can
+ * be computed; ops look their communicator up there.
  */
 #include "vmlinux.h"
 
@@ -26,6 +27,7 @@
 #define SW_NCCL_USER_RANK 5
 #define SW_NCCL_COUNT 6
 #define SW_NCCL_DESTROY 7
+#define SW_NCCL_INIT_SCALABLE 8
 
 #define SW_NCCL_MAX_INIT_ALL 16
 
@@ -70,7 +72,67 @@ static __always_inline __u64 dtype_size(__u64 dtype)
 	return 0;
 }
 
-static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 world_size)
+/*
+ * NCCL's communicator hash (init.cc; the mixing of utils.h eatHash/digestHash): a 128-bit
+ * accumulator that starts at {1, 1}; each piece of input first XORs its size into acc[0], then
+ * per 8-byte chunk (the last one zero-padded) mixes the accumulator and adds the chunk. A
+ * communicator made from a unique id hashes the id's 128 bytes (the first id of
+ * ncclCommInitRankScalable); a split hashes its parent's hash, the parent's split count after
+ * this split and the colour. exporter/trace/nccl_hash.cpp is the same in C++ (its tests hold
+ * both to the same vectors).
+ */
+static __always_inline void hash_mix(__u64 acc[2], __u64 chunk)
+{
+	acc[0] += acc[1];
+	acc[1] ^= acc[0];
+	acc[0] ^= acc[0] >> 31;
+	acc[0] *= 0x9de62bbc8cef3ce3ULL;
+	acc[1] ^= acc[1] >> 32;
+	acc[1] *= 0x485cd6311b599e79ULL;
+	acc[0] += chunk;
+}
+
+static __always_inline __u64 hash_digest(const __u64 acc[2])
+{
+	__u64 h = acc[0];
+
+	h ^= h >> 31;
+	h *= 0xbac3bd562846de6bULL;
+	h += acc[1];
+	h ^= h >> 32;
+	h *= 0x995a187a14e7b445ULL;
+	return h;
+}
+
+/* The hash of the 128-byte ncclUniqueId at user address `id`; 0 when it cannot be read. */
+static __always_inline __u64 unique_id_hash(__u64 id)
+{
+	__u64 bytes[16];
+	__u64 acc[2] = {1, 1};
+
+	if (!id || bpf_probe_read_user(bytes, sizeof(bytes), (void *)id))
+		return 0;
+	acc[0] ^= sizeof(bytes);
+	for (int i = 0; i < 16; i++)
+		hash_mix(acc, bytes[i]);
+	return hash_digest(acc);
+}
+
+static __always_inline __u64 split_hash(__u64 parent, __u32 splits, __s32 color)
+{
+	__u64 acc[2] = {1, 1};
+
+	acc[0] ^= sizeof(parent);
+	hash_mix(acc, parent);
+	acc[0] ^= sizeof(splits);
+	hash_mix(acc, splits);
+	acc[0] ^= sizeof(color);
+	hash_mix(acc, (__u32)color);
+	return hash_digest(acc);
+}
+
+static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 world_size,
+				     __u64 comm_hash)
 {
 	struct nccl_comm_key key = {};
 	struct nccl_comm_info info = {};
@@ -81,6 +143,7 @@ static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 w
 	key.tgid = tgid;
 	info.rank = rank;
 	info.world_size = world_size;
+	info.comm_hash = comm_hash;
 	sw_lru_update(&nccl_comms, &key, &info, SW_LRU_NCCL_COMMS);
 }
 
@@ -90,6 +153,7 @@ static __always_inline int nccl_enter_body(struct pt_regs *ctx)
 	__u32 kind = (cookie >> 44) & 0xf;
 	__u32 comm_arg = (cookie >> 40) & 0xf;
 	struct nccl_comm_key key = {};
+	struct nccl_comm_info *parent;
 	struct call_frame *f;
 	__u64 args[8];
 
@@ -115,6 +179,21 @@ static __always_inline int nccl_enter_body(struct pt_regs *ctx)
 		f->aux_ptr = args[1];
 		f->aux_i1 = (__s32)args[2];
 		f->aux_i0 = (__s32)args[3];
+#if defined(__TARGET_ARCH_x86)
+		/*
+		 * The 128-byte ncclUniqueId is passed by value: in memory, right above the return
+		 * address (the probe site keeps the entry's stack pointer, trace/probe_sites.h).
+		 */
+		f->aux_val = unique_id_hash(PT_REGS_SP(ctx) + 8);
+#else
+		f->aux_val = 0; /* arm64 passes it by reference: the arm64 issue reads it there */
+#endif
+		break;
+	case SW_NCCL_INIT_SCALABLE: /* (ncclComm_t *out, int nranks, int rank, int nId, ids, config) */
+		f->aux_ptr = args[1];
+		f->aux_i1 = (__s32)args[2];
+		f->aux_i0 = (__s32)args[3];
+		f->aux_val = unique_id_hash(args[(cookie >> 32) & 7]); /* NCCL hashes the first id */
 		break;
 	case SW_NCCL_INIT_ALL: /* (ncclComm_t *out, int ndev, const int *devlist) */
 		f->aux_ptr = args[1];
@@ -122,6 +201,20 @@ static __always_inline int nccl_enter_body(struct pt_regs *ctx)
 		break;
 	case SW_NCCL_SPLIT: /* (comm, color, key, ncclComm_t *newcomm, config) */
 		f->aux_ptr = args[comm_arg & 7];
+		f->aux_val = 0;
+		/* NCCL counts the split on its parent (splitCount), whatever the colour. */
+		key.comm = args[1];
+		key.tgid = bpf_get_current_pid_tgid() >> 32;
+		parent = bpf_map_lookup_elem(&nccl_comms, &key);
+		if (parent) {
+			/* One thread splits a communicator at a time (NCCL requires it). */
+			__u32 splits = parent->splits + 1;
+
+			parent->splits = splits;
+
+			if (parent->comm_hash)
+				f->aux_val = split_hash(parent->comm_hash, splits, (__s32)args[2]);
+		}
 		break;
 	case SW_NCCL_USER_RANK: /* (comm, int *out) */
 	case SW_NCCL_COUNT:
@@ -164,18 +257,19 @@ static __always_inline void record_op(struct thread_state *t, struct call_frame 
 static __always_inline void learn_comm(struct thread_state *t, struct call_frame *f, __u32 kind)
 {
 	struct nccl_comm_key key = {};
-	struct nccl_comm_info *info, fresh = {-1, -1};
+	struct nccl_comm_info *info, fresh = {-1, -1, 0, 0, 0};
 	__u64 comm = 0;
 	__s32 value = 0;
 
 	switch (kind) {
 	case SW_NCCL_INIT_RANK:
+	case SW_NCCL_INIT_SCALABLE:
 	case SW_NCCL_SPLIT:
 		bpf_probe_read_user(&comm, sizeof(comm), (void *)f->aux_ptr);
-		if (kind == SW_NCCL_INIT_RANK)
-			set_comm(t->tgid, comm, f->aux_i0, f->aux_i1);
-		else
-			set_comm(t->tgid, comm, -1, -1); /* rank and size come with UserRank/Count */
+		if (kind != SW_NCCL_SPLIT)
+			set_comm(t->tgid, comm, f->aux_i0, f->aux_i1, f->aux_val);
+		else /* rank and size come with UserRank/Count */
+			set_comm(t->tgid, comm, -1, -1, f->aux_val);
 		return;
 	case SW_NCCL_INIT_ALL:
 		for (int i = 0; i < SW_NCCL_MAX_INIT_ALL; i++) {
@@ -183,7 +277,7 @@ static __always_inline void learn_comm(struct thread_state *t, struct call_frame
 				break;
 			comm = 0;
 			bpf_probe_read_user(&comm, sizeof(comm), (void *)(f->aux_ptr + i * 8));
-			set_comm(t->tgid, comm, i, f->aux_i1);
+			set_comm(t->tgid, comm, i, f->aux_i1, 0); /* its unique id stays inside NCCL */
 		}
 		return;
 	case SW_NCCL_USER_RANK:
@@ -221,7 +315,9 @@ static __always_inline int nccl_exit_body(struct pt_regs *ctx)
 	sw_record_call(ctx, t, f, now, &slot);
 	if (kind == SW_NCCL_OP)
 		record_op(t, f, now);
-	else if (kind >= SW_NCCL_INIT_RANK && kind <= SW_NCCL_COUNT && (int)PT_REGS_RC(ctx) == 0)
+	else if (((kind >= SW_NCCL_INIT_RANK && kind <= SW_NCCL_COUNT) ||
+		  kind == SW_NCCL_INIT_SCALABLE) &&
+		 (int)PT_REGS_RC(ctx) == 0)
 		learn_comm(t, f, kind); /* ncclSuccess only: a failed init wrote nothing */
 	return 0;
 }

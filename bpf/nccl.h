@@ -34,6 +34,13 @@ struct nccl_comm_key {
 struct nccl_comm_info {
 	__s32 rank;
 	__s32 world_size;
+	/*
+	 * NCCL's commHash of the communicator, the same on every node of the job (0: not known,
+	 * e.g. ncclCommInitAll, or a split of a communicator created before tracing began).
+	 */
+	__u64 comm_hash;
+	__u32 splits; /* ncclCommSplit calls on it so far: NCCL's splitCount */
+	__u32 pad;
 };
 
 #endif /* STALLWATCH_NCCL_H */

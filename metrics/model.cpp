@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "trace/records.h"
 #include "metrics/exposition.h"
 #include "trace/calls.h"
+#include "trace/nccl_ranks.h"
 
 namespace stallwatch::metrics {
 namespace {
@@ -536,13 +538,60 @@ void add_chain_families(const Snapshot& snap, std::vector<Family>& out) {
   auto active = family("stallwatch_chain_active",
                        "Causal chains open now, by kind and current severity (0 once closed).",
                        MetricKind::kGauge, "{chain}");
+  auto culprit = family("stallwatch_chain_culprit_info",
+                        "1 for each process name an open chain blames first (its top "
+                        "contributor apart from the workload's own process), by kind.",
+                        MetricKind::kGauge, "1");
+  std::set<std::tuple<const identity::Identity*, std::string, std::string>> blamed;
   for (const auto& c : snap.chains) {
     LabelPairs l{{"kind", c.kind}, {"severity", c.severity}};
     if (c.total > 0) total.points.push_back(point(&c.identity, l, count(c.total)));
     active.points.push_back(point(&c.identity, l, count(c.active)));
+    for (const std::string& name : c.culprits) {
+      if (blamed.emplace(&c.identity, c.kind, name).second) {
+        culprit.points.push_back(point(&c.identity, {{"kind", c.kind}, {"culprit", name}}, 1));
+      }
+    }
   }
   out.push_back(std::move(total));
   out.push_back(std::move(active));
+  keep_nonempty({&culprit}, out);
+}
+
+// A job's ranks across nodes (trace/nccl_ranks.h): per communicator member, what it waited for
+// its collectives, and one info series joining it to its node and job.
+void add_rank_families(const Snapshot& snap, std::vector<Family>& out) {
+  auto wait = family("stallwatch_nccl_rank_wait_seconds_total",
+                     "Time the rank's process spent in NCCL ops and CUDA synchronizes: its wait "
+                     "for its collectives (the straggler of a communicator waits least), by "
+                     "NCCL commHash, rank and size.",
+                     MetricKind::kCounter, "s");
+  auto ops = family("stallwatch_nccl_rank_collectives_total",
+                    "NCCL collective and point-to-point calls of the rank.", MetricKind::kCounter,
+                    "{call}");
+  auto job = family("stallwatch_job_info",
+                    "1 for each NCCL communicator member on this node: its commHash, rank and "
+                    "size, the node, and the job keys of the process's environment (torchrun, "
+                    "Slurm).",
+                    MetricKind::kGauge, "1");
+  std::set<std::tuple<std::string, std::uint64_t, int, int>> seen;  // one series per member
+  for (const trace::NcclRank& r : trace::nccl_ranks(snap)) {
+    const auto s = snap.series.find(r.cgroup);
+    if (s == snap.series.end() || !seen.emplace(r.cgroup, r.comm_hash, r.rank, r.world_size).second)
+      continue;
+    const identity::Identity* id = &s->second.identity;
+    LabelPairs l{{"comm", trace::comm_label(r.comm_hash)},
+                 {"rank", std::to_string(r.rank)},
+                 {"world_size", std::to_string(r.world_size)}};
+    wait.points.push_back(point(id, l, seconds(r.wait_ns)));
+    ops.points.push_back(point(id, l, count(r.collectives)));
+    l.insert(l.end(), {{"node", snap.node},
+                       {"job_id", r.job.job_id},
+                       {"global_rank", r.job.global_rank},
+                       {"local_rank", r.job.local_rank}});
+    job.points.push_back(point(id, l, 1));
+  }
+  keep_nonempty({&wait, &ops, &job}, out);
 }
 
 // A daemon-wide series without labels.
@@ -783,6 +832,7 @@ std::vector<Family> build_model(const Snapshot& snap, const BuildInfo& build) {
   add_gpu_families(snap, out);
   add_daemon_families(snap, build, out);
   add_chain_families(snap, out);
+  add_rank_families(snap, out);
   add_store_families(snap.store, out);
   add_otlp_families(snap.otlp, out);
   add_kube_families(snap.kube, out);

@@ -377,10 +377,17 @@ int run_main(const std::vector<std::string>& args, const std::vector<std::string
                      "not sent (use https, or kubectl proxy on 127.0.0.1)";
   }
   identity::KubeMetadata kube(*kube_settings);
+  // The node's name on stallwatch_job_info, as the Kubernetes settings name it, also when they
+  // are off: --kube-node, $NODE_NAME, else the hostname.
+  std::string node = kube_settings->node;
+  if (node.empty()) node = o.kube_node;
+  if (const char* n = std::getenv("NODE_NAME"); node.empty() && n) node = n;
+  if (char host[256] = {}; node.empty() && ::gethostname(host, sizeof(host) - 1) == 0) node = host;
+  node = escape_name(node);
   trace::Collector collector(
       trace::default_sources({**tracer, fs, resolver}), resolver, fs,
       {o.max_cgroups, &kube,
-       [&names](int pid, std::uint32_t tag) { return names.name(pid, tag); }});
+       [&names](int pid, std::uint32_t tag) { return names.name(pid, tag); }, node});
   auto counts = [&] {
     return trace::TraceCounts{outliers.total(),
                               discovery.traced_processes(),

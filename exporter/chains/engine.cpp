@@ -235,9 +235,16 @@ std::vector<ChainCount> Engine::counts() const {
   }
   for (const auto& [key, t] : tracks_) {
     if (!t.has_chain) continue;
-    entry(std::string(kind_name(t.chain.kind)), std::string(severity_name(t.chain.severity)),
-          t.chain.identity.cgroup)
-        .active++;
+    ChainCount& c = entry(std::string(kind_name(t.chain.kind)),
+                          std::string(severity_name(t.chain.severity)), t.chain.identity.cgroup);
+    c.active++;
+    for (const Contributor& k : t.chain.contributors) {
+      if (k.pid == t.chain.pid || k.comm.empty()) continue;  // its own threads blame nobody
+      if (std::find(c.culprits.begin(), c.culprits.end(), k.comm) == c.culprits.end()) {
+        c.culprits.push_back(k.comm);
+      }
+      break;
+    }
   }
   std::vector<ChainCount> out;
   for (auto& [key, c] : by) out.push_back(std::move(c));

@@ -344,6 +344,7 @@ void SyntheticHost::xid(unsigned gpu, int code, const std::string& text, std::in
 std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::time_point taken,
                                                   std::chrono::nanoseconds window) {
   auto snap = std::make_shared<Snapshot>();
+  snap->node = "demo-node";  // stallwatch_job_info: one node in a demo
   snap->sequence = ++sequence_;
   snap->taken = taken;
   snap->window = window;
@@ -361,7 +362,12 @@ std::shared_ptr<Snapshot> SyntheticHost::snapshot(std::chrono::system_clock::tim
     std::set<std::pair<int, int>> comms;
     for (const auto& [key, t] : p.nccl) {
       if (key.rank >= 0 && comms.insert({key.rank, key.world_size}).second) {
-        snap->nccl_members.push_back(NcclMember{p.cgroup, pid, key.rank, key.world_size});
+        // One communicator per world size, with the same commHash on every rank.
+        snap->nccl_members.push_back(NcclMember{p.cgroup, pid, key.rank, key.world_size,
+                                                0x5eed000000000000ULL + key.world_size,
+                                                trace::JobKeys{"demo", std::to_string(key.rank),
+                                                               std::to_string(key.rank),
+                                                               std::to_string(key.world_size)}});
       }
     }
     for (const auto& [id, t] : p.calls) {

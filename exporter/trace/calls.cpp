@@ -65,7 +65,7 @@ constexpr std::array kCalls = {
     CallInfo{"ncclGroupEnd", Api::kNccl},
     CallInfo{"ncclCommInitRank", Api::kNccl, {NcclKind::kInitRank, 0, 0, 1}},
     CallInfo{"ncclCommInitRankConfig", Api::kNccl, {NcclKind::kInitRank, 0, 0, 1}},
-    CallInfo{"ncclCommInitRankScalable", Api::kNccl, {NcclKind::kInitRank, 0, 0, 1}},
+    CallInfo{"ncclCommInitRankScalable", Api::kNccl, {NcclKind::kInitScalable, 5, 0, 1}},
     CallInfo{"ncclCommInitAll", Api::kNccl, {NcclKind::kInitAll, 0, 0, 1}},
     CallInfo{"ncclCommSplit", Api::kNccl, {NcclKind::kSplit, 0, 0, 4}},
     CallInfo{"ncclCommUserRank", Api::kNccl, {NcclKind::kUserRank, 0, 0, 1}},

@@ -28,6 +28,7 @@ enum class NcclKind : std::uint8_t {
   kUserRank,  // communicator, out-int rank
   kCount,     // communicator, out-int size
   kDestroy,   // communicator is gone
+  kInitScalable,  // as kInitRank; count_arg is the position of the unique-id array
 };
 
 struct NcclArgs {

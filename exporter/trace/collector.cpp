@@ -186,6 +186,7 @@ std::shared_ptr<Snapshot> Collector::collect(std::chrono::nanoseconds window,
   snap->emulated_probes = counts.emulated_probes;
   snap->stepped_calls = counts.stepped_calls;
   snap->cost_budget = counts.cost_budget;
+  snap->node = options_.node;
   snap->launch_off_ns = counts.launch_off_ns;
   if (counts.calibration) {
     snap->trap_cost_emulated = counts.calibration->emulated;

@@ -34,6 +34,7 @@ struct CollectorOptions {
   // The name of a process that exited before the collector read it alive (a job shorter than a
   // window), by PID and start tag; "" when unknown. May be empty (no names).
   std::function<std::string(int, std::uint32_t)> exited_name;
+  std::string node;  // Snapshot::node
 };
 
 struct TraceCounts {

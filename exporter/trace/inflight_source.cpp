@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "trace/calls.h"
 #include "trace/map_iter.h"
+#include "trace/nccl_ranks.h"
 #include "trace/sources.h"
 #include "trace/tracer.h"
 
@@ -32,8 +33,8 @@ constexpr size_t kMaxRecords = 65536;
 
 class InflightSource : public Source {
  public:
-  explicit InflightSource(const Tracer& t)
-      : link_fd_(t.inflight_iter_link_fd()), comms_fd_(t.map_fd("nccl_comms")) {}
+  InflightSource(const Tracer& t, const host::Procfs& fs)
+      : link_fd_(t.inflight_iter_link_fd()), comms_fd_(t.map_fd("nccl_comms")), fs_(fs) {}
   std::string_view name() const override { return "inflight"; }
 
   void read(SourceContext& ctx, Snapshot& snap) override {
@@ -72,14 +73,25 @@ class InflightSource : public Source {
       std::sort(s.inflight.begin(), s.inflight.end(),
                 [](const InflightCall& a, const InflightCall& b) { return a.age_ns > b.age_ns; });
     }
+    std::map<int, JobKeys> jobs;  // of the members now: read once per process
     for (const auto& [key, info] : comms) {
       const int pid = key.second;
       if (!ctx.known_process(pid)) continue;
       auto it = label_of_pid.find(pid);
       const std::string label = it != label_of_pid.end() ? it->second : process_label(ctx, snap, pid);
       if (label.empty()) continue;
-      snap.nccl_members.push_back(NcclMember{label, pid, info.rank, info.world_size});
+      const std::uint32_t tag = fs_.start_tag(pid);
+      auto job = jobs_.find(pid);
+      if (job == jobs_.end() || job->second.first != tag) {
+        const JobKeys keys = job_keys_from_environ(
+            host::Procfs::read_bounded(fs_.pid_path(pid, "environ"), kMaxEnvironBytes));
+        job = jobs_.insert_or_assign(pid, std::pair{tag, keys}).first;
+      }
+      jobs[pid] = job->second.second;
+      snap.nccl_members.push_back(
+          NcclMember{label, pid, info.rank, info.world_size, info.comm_hash, job->second.second});
     }
+    std::erase_if(jobs_, [&](const auto& e) { return !jobs.count(e.first); });
   }
 
  private:
@@ -117,13 +129,15 @@ class InflightSource : public Source {
 
   int link_fd_;
   int comms_fd_;
+  const host::Procfs& fs_;
+  std::map<int, std::pair<std::uint32_t, JobKeys>> jobs_;  // by pid: start tag, its job keys
   bool warned_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Source> make_inflight_source(const SourceDeps& d) {
-  return std::make_unique<InflightSource>(d.tracer);
+  return std::make_unique<InflightSource>(d.tracer, d.fs);
 }
 
 }  // namespace stallwatch::trace

@@ -20,6 +20,7 @@
 #include "identity/cgroup_identity.h"
 #include "identity/kube_metadata.h"
 #include "trace/histogram.h"
+#include "trace/nccl_ranks.h"
 #include "trace/probe_cost.h"
 #include "trace/records.h"
 
@@ -196,6 +197,8 @@ struct NcclMember {
   int pid = 0;
   int rank = -1;
   int world_size = -1;
+  std::uint64_t comm_hash = 0;  // NCCL's commHash (trace/nccl_ranks.h); 0 unknown
+  trace::JobKeys job;           // from the process's environment, read once
 };
 
 struct SeriesTotals {
@@ -290,6 +293,9 @@ struct ChainCount {
   identity::Identity identity;
   std::uint64_t total = 0;   // chains opened with this severity, cumulative
   std::uint64_t active = 0;  // open now with this severity
+  // The process names the open chains blame first (their top contributor apart from the
+  // workload's own process): stallwatch_chain_culprit_info. Bounded by the open chains.
+  std::vector<std::string> culprits;
 };
 
 // Self-metrics of the SQLite store (all zero when no store is configured).
@@ -358,6 +364,7 @@ struct Snapshot {
   std::array<std::uint64_t, trace::kLostSources> lost{};  // cumulative, by enum sw_lost_source
   std::array<std::uint64_t, trace::kLruMaps> evicted{};  // cumulative, by enum sw_lru_map
   std::vector<NcclMember> nccl_members;  // communicators of live processes now
+  std::string node;  // this node's name (--kube-node, $NODE_NAME, the hostname): job info
   std::optional<host::SelfStats> self;   // the daemon's own process (`run` only)
   std::uint64_t outliers = 0;            // outlier records received, cumulative
   std::uint64_t traced_processes = 0;    // processes mapping a traced library now

@@ -75,6 +75,7 @@ static const char kUsage[] =
     "                       workers: children of the CUDA process, on its CPUs)\n"
     "  --exit-fd FD         after the last call, block until one byte (or end of file) is\n"
     "                       read from FD, then exit without freeing what is still live\n"
+    "                       (the NCCL communicator is destroyed after that byte)\n"
     "A free releases the thread's newest live allocation of its family (runtime device,\n"
     "driver device, pinned host, cuMemCreate handle), or passes NULL/0 when there is none.\n"
     "Makes exactly (sum(count) * N + sum(warmup counts)) * T calls (plus ncclGetUniqueId,\n"
@@ -846,7 +847,8 @@ int main(int argc, char** argv) {
     kill(worker_pids[w], SIGKILL);
     waitpid(worker_pids[w], NULL, 0);
   }
-  if (nccl != NULL && nccl_destroy(nccl) != 0) ++calls_failed;
+  // With --exit-fd the communicator lives until the exit byte (a job's ranks are seen whole).
+  if (nccl != NULL && exit_fd < 0 && nccl_destroy(nccl) != 0) ++calls_failed;
 
   if (calls_failed != 0) {
     fprintf(stderr, "cuda_workload: warning: %llu of %llu calls returned an error\n", calls_failed,
@@ -859,6 +861,7 @@ int main(int argc, char** argv) {
     char b;
     while (read((int)exit_fd, &b, 1) < 0 && errno == EINTR) {
     }
+    if (nccl != NULL) nccl_destroy(nccl);
   }
   free(warmup.steps);
   free(warmup_spec);

@@ -11,7 +11,8 @@
 //    so a test can make one rank a straggler; their buffers are never touched; while the file
 //    named by MOCK_NCCL_HOLD_FILE exists they do not return (asleep, polling every 10 ms): a
 //    collective waiting for a rank that never joins, released by removing the file;
-//  - ncclGetVersion reports 22703 (2.27.3).
+//  - ncclGetVersion reports 22703 (2.27.3); ncclGetUniqueId writes MOCK_NCCL_UNIQUE_ID's bytes
+//    when set (the id every rank of one job gets from its rank 0), else "mock-nccl-id".
 // Every entry point is noinline and marks its own index, so each keeps a distinct address
 // (no identical-code folding) and a uprobe on one never fires for another.
 #define _POSIX_C_SOURCE 200809L
@@ -121,6 +122,7 @@ enum {
   kAlltoAll,
   kGroupStart,
   kGroupEnd,
+  kCommInitRankScalable,
 };
 // A plain relaxed store per entry point, not a counter: x86 uprobes refuse to probe a
 // lock-prefixed first instruction.
@@ -195,7 +197,15 @@ MOCK_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   mark(kGetUniqueId);
   if (uniqueId == NULL) return ncclInvalidArgument;
   memset(uniqueId->internal, 0, sizeof(uniqueId->internal));
-  memcpy(uniqueId->internal, "mock-nccl-id", 12);
+  // The ranks of one job share the id its rank 0 made; MOCK_NCCL_UNIQUE_ID stands for that
+  // broadcast (its bytes, at most 128, zero-padded).
+  const char* shared = getenv("MOCK_NCCL_UNIQUE_ID");
+  if (shared != NULL) {
+    size_t n = strlen(shared);
+    memcpy(uniqueId->internal, shared, n < sizeof(uniqueId->internal) ? n : sizeof(uniqueId->internal));
+  } else {
+    memcpy(uniqueId->internal, "mock-nccl-id", 12);
+  }
   return ncclSuccess;
 }
 
@@ -211,6 +221,16 @@ MOCK_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclU
   mark(kCommInitRankConfig);
   (void)commId, (void)config;
   return new_comm(comm, nranks, rank);
+}
+
+// nId unique ids, one per bootstrap root (NCCL 2.23): the same communicator as InitRank.
+MOCK_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                               int nId, ncclUniqueId* commIds,
+                                               ncclConfig_t* config) {
+  mark(kCommInitRankScalable);
+  (void)config;
+  if (nId < 1 || commIds == NULL) return ncclInvalidArgument;
+  return new_comm(newcomm, nranks, myrank);
 }
 
 // One communicator per device of this process: ranks 0..ndev-1.

@@ -23,6 +23,7 @@ typedef enum { ncclSum = 0 } ncclRedOp_t;
 enum { kOpCount = 1048576 };
 
 static ncclComm_t comm;  // set once before the calling threads start
+static ncclComm_t parent;  // the communicator `comm` was split from, if it was
 static int my_rank, world;
 static void* sendbuf;
 static void* recvbuf;
@@ -127,12 +128,38 @@ int nccl_init_rank(void* nccl, int rank, int nranks) {
   ncclUniqueId id;
   memset(&id, 0, sizeof(id));
   int rc = ((ncclResult_t(*)(ncclUniqueId*))get_id)(&id);
-  if (rc == 0)
+  const char* how = getenv("CUDA_WORKLOAD_NCCL_INIT");
+  if (rc == 0 && how != NULL && strcmp(how, "scalable") == 0) {
+    void* scalable = must_sym(nccl, "ncclCommInitRankScalable");
+    if (scalable == NULL) return 1;
+    rc = ((ncclResult_t(*)(ncclComm_t*, int, int, int, ncclUniqueId*, void*))scalable)(
+        &comm, nranks, rank, 1, &id, NULL);
+  } else if (rc == 0) {
     rc = ((ncclResult_t(*)(ncclComm_t*, int, ncclUniqueId, int))init)(&comm, nranks, id, rank);
+  }
   if (rc != 0) {
     fprintf(stderr, "cuda_workload: ncclCommInitRank(nranks=%d, rank=%d) failed: %d\n", nranks,
             rank, rc);
     return 1;
+  }
+  const char* color = getenv("CUDA_WORKLOAD_NCCL_SPLIT");
+  if (color != NULL) {  // ops go to the child; its rank and size come from UserRank/Count
+    void* split = must_sym(nccl, "ncclCommSplit");
+    void* user_rank = must_sym(nccl, "ncclCommUserRank");
+    void* count = must_sym(nccl, "ncclCommCount");
+    if (split == NULL || user_rank == NULL || count == NULL) return 1;
+    ncclComm_t child = NULL;
+    int out = -1;
+    rc = ((ncclResult_t(*)(ncclComm_t, int, int, ncclComm_t*, void*))split)(comm, atoi(color),
+                                                                           rank, &child, NULL);
+    if (rc == 0) rc = ((ncclResult_t(*)(const ncclComm_t, int*))user_rank)(child, &out);
+    if (rc == 0) rc = ((ncclResult_t(*)(const ncclComm_t, int*))count)(child, &out);
+    if (rc != 0 || child == NULL) {
+      fprintf(stderr, "cuda_workload: ncclCommSplit(color=%s) failed: %d\n", color, rc);
+      return 1;
+    }
+    parent = comm;
+    comm = child;
   }
   my_rank = rank;
   world = nranks;
@@ -161,5 +188,7 @@ int nccl_destroy(void* nccl) {
   if (destroy == NULL) return 1;
   int rc = ((ncclResult_t(*)(ncclComm_t))destroy)(comm);
   comm = NULL;
+  if (parent != NULL && rc == 0) rc = ((ncclResult_t(*)(ncclComm_t))destroy)(parent);
+  parent = NULL;
   return rc != 0;
 }

@@ -11,7 +11,10 @@ typedef int (*caller_fn)(void* sym, struct thread_ctx* c);
 caller_fn nccl_find_caller(const char* name, int* needs_comm);
 
 // ncclGetUniqueId, then ncclCommInitRank(&comm, nranks, id, rank) once: the communicator every
-// op then uses. Returns 0, or 1 after printing why to stderr.
+// op then uses. CUDA_WORKLOAD_NCCL_INIT=scalable uses ncclCommInitRankScalable with that one id
+// instead; CUDA_WORKLOAD_NCCL_SPLIT=COLOR then splits it (ncclCommSplit, key = rank), learns
+// the child's rank and size (ncclCommUserRank, ncclCommCount) and gives every op the child.
+// Returns 0, or 1 after printing why to stderr.
 int nccl_init_rank(void* nccl, int rank, int nranks);
 // ncclCommInitRank `count` more times, each communicator left without ncclCommDestroy (as a
 // process that leaks them): fills the daemon's communicator map. Returns 0, or 1 as above.

@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include <iostream>
@@ -16,6 +19,7 @@
 #include "support/evidence.h"
 #include "support/harness.h"
 #include "support/process.h"
+#include "trace/nccl_ranks.h"
 
 namespace stallwatch::test {
 namespace {
@@ -158,6 +162,98 @@ TEST_F(Nccl, BalancedRanksOpenNoStragglerChain) {
   auto chains = explain_chains(*daemon_, &raw);
   EXPECT_TRUE(chains_of(chains, "nccl_straggler", a.label()).empty()) << raw;
   EXPECT_TRUE(chains_of(chains, "nccl_straggler", b.label()).empty()) << raw;
+}
+
+// Issue #52: the key of a communicator on every node is NCCL's commHash, computed in the kernel
+// from the unique id passed by value (InitRank), through a pointer (InitRankScalable), or from
+// the parent's hash, split count and colour (Split); each member carries its job keys from its
+// environment and what it waited for its collectives, exactly counted.
+TEST_F(Nccl, RanksCarryNcclsCommHashTheirJobKeysAndTheirWait) {
+  const std::string id_text = "stallwatch-test-job-" + std::to_string(getpid());
+  std::array<std::uint8_t, trace::kNcclUniqueIdBytes> id{};
+  std::memcpy(id.data(), id_text.data(), id_text.size());
+  const std::uint64_t parent = trace::nccl_unique_id_hash(id);
+  const std::string comm = trace::comm_label(parent);
+  const std::string child = trace::comm_label(trace::nccl_split_hash(parent, 1, 5));
+
+  struct Rank {
+    std::string name;
+    int rank;
+    std::map<std::string, std::string> env;
+  };
+  const std::vector<Rank> ranks = {
+      {"init", 0, {}},
+      {"scalable", 1, {{"CUDA_WORKLOAD_NCCL_INIT", "scalable"}}},
+      {"split", 1, {{"CUDA_WORKLOAD_NCCL_SPLIT", "5"}}}};
+  std::vector<std::unique_ptr<TestCgroup>> cgs;
+  std::vector<std::unique_ptr<Pipe>> exits;
+  std::vector<Child> children;
+  for (const Rank& r : ranks) {
+    cgs.push_back(std::make_unique<TestCgroup>(unique("job-" + r.name)));
+    exits.push_back(std::make_unique<Pipe>());
+    Spawn sp;
+    sp.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--nccl", MOCK_NCCL_PATH, "--rank",
+               std::to_string(r.rank), "--nranks", "2", "--calls", "ncclAllReduce:1",
+               "--iterations", std::to_string(kCalls), "--start-delay-ms", "500",
+               "--exit-fd", std::to_string(exits.back()->read_end)};
+    sp.env = {{"MOCK_NCCL_OP_US", "1000"},
+              {"MOCK_NCCL_UNIQUE_ID", id_text},
+              {"TORCHELASTIC_RUN_ID", "job\n\"7\""},  // hostile: escaped on the way out
+              {"RANK", std::to_string(r.rank)},
+              {"LOCAL_RANK", std::to_string(r.rank)},
+              {"WORLD_SIZE", "2"}};
+    sp.env.insert(r.env.begin(), r.env.end());
+    sp.pass_fds = {exits.back()->read_end};
+    sp.cgroup_dir = cgs.back()->dir();
+    children.emplace_back(sp);
+    exits.back()->close_read();
+  }
+  auto labels = [&](size_t i, const std::string& c) {
+    return std::map<std::string, std::string>{{"cgroup", cgs[i]->label()},
+                                              {"comm", c},
+                                              {"rank", std::to_string(ranks[i].rank)},
+                                              {"world_size", "2"}};
+  };
+  const std::vector<std::string> comms = {comm, comm, child};
+  std::vector<Sample> x;
+  std::string metrics;
+  const bool counted = poll_until(
+      [&] {
+        metrics = daemon_->metrics();
+        x = parse_exposition(metrics);
+        for (size_t i = 0; i < ranks.size(); ++i) {
+          if (find_sample(x, "stallwatch_nccl_rank_collectives_total", labels(i, comms[i])) !=
+              kCalls)
+            return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(60), std::chrono::milliseconds(200));
+  EXPECT_TRUE(counted) << "want " << comm << " (init, scalable) and " << child << " (split):\n"
+                       << metrics;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    SCOPED_TRACE(ranks[i].name);
+    // Each rank slept 1 ms in each of its collectives: at least that was its wait.
+    const double wait =
+        find_sample(x, "stallwatch_nccl_rank_wait_seconds_total", labels(i, comms[i])).value_or(0);
+    EXPECT_GE(wait, kCalls * 0.001);
+    EXPECT_LT(wait, 30.0);
+    auto info = labels(i, comms[i]);
+    info.insert({{"job_id", "job\\n\"7\""},
+                 {"global_rank", std::to_string(ranks[i].rank)},
+                 {"local_rank", std::to_string(ranks[i].rank)}});
+    EXPECT_EQ(find_sample(x, "stallwatch_job_info", info), 1) << metrics;
+    // No series under a hash the job does not have. The split rank is a member of its parent
+    // too, of the same rank and size: ops are told apart by rank and size only, so both count
+    // them (docs/fleet.md).
+    EXPECT_EQ(sum_samples(x, "stallwatch_nccl_rank_collectives_total", {{"cgroup", cgs[i]->label()}}),
+              kCalls * (ranks[i].name == "split" ? 2 : 1));
+    if (ranks[i].name == "split") {
+      EXPECT_EQ(find_sample(x, "stallwatch_nccl_rank_collectives_total", labels(i, comm)), kCalls);
+    }
+  }
+  for (auto& e : exits) EXPECT_TRUE(write_byte(e->write_end));
+  for (Child& c : children) EXPECT_EQ(c.wait(std::chrono::seconds(30)), 0);
 }
 
 // The keys a BPF map named `name` holds now (the daemon's: one daemon runs), read through the

@@ -104,7 +104,8 @@ class CollectorTest : public ::testing::Test {
         CollectorOptions{max_cgroups, nullptr, [this](int pid, std::uint32_t tag) {
                            return discovered_.count(pid) ? discovered_[pid] + "@" + std::to_string(tag)
                                                          : std::string();
-                         }});
+                         },
+                         "node-a"});
   }
   std::shared_ptr<Snapshot> collect(Collector& c) {
     return c.collect(std::chrono::seconds(1), TraceCounts{});
