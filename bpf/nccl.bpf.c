@@ -73,37 +73,11 @@ static __always_inline __u64 dtype_size(__u64 dtype)
 }
 
 /*
- * NCCL's communicator hash (init.cc; the mixing of utils.h eatHash/digestHash): a 128-bit
- * accumulator that starts at {1, 1}; each piece of input first XORs its size into acc[0], then
- * per 8-byte chunk (the last one zero-padded) mixes the accumulator and adds the chunk. A
- * communicator made from a unique id hashes the id's 128 bytes (the first id of
+ * A communicator made from a unique id hashes the id's 128 bytes (the first id of
  * ncclCommInitRankScalable); a split hashes its parent's hash, the parent's split count after
- * this split and the colour. exporter/trace/nccl_hash.cpp is the same in C++ (its tests hold
- * both to the same vectors).
+ * this split and the colour (nccl.h sw_nccl_hash_chunk; exporter/trace/nccl_ranks.cpp is the
+ * same in C++, and the tests hold both to one vector).
  */
-static __always_inline void hash_mix(__u64 acc[2], __u64 chunk)
-{
-	acc[0] += acc[1];
-	acc[1] ^= acc[0];
-	acc[0] ^= acc[0] >> 31;
-	acc[0] *= 0x9de62bbc8cef3ce3ULL;
-	acc[1] ^= acc[1] >> 32;
-	acc[1] *= 0x485cd6311b599e79ULL;
-	acc[0] += chunk;
-}
-
-static __always_inline __u64 hash_digest(const __u64 acc[2])
-{
-	__u64 h = acc[0];
-
-	h ^= h >> 31;
-	h *= 0xbac3bd562846de6bULL;
-	h += acc[1];
-	h ^= h >> 32;
-	h *= 0x995a187a14e7b445ULL;
-	return h;
-}
-
 /* The hash of the 128-byte ncclUniqueId at user address `id`; 0 when it cannot be read. */
 static __always_inline __u64 unique_id_hash(__u64 id)
 {
@@ -114,8 +88,8 @@ static __always_inline __u64 unique_id_hash(__u64 id)
 		return 0;
 	acc[0] ^= sizeof(bytes);
 	for (int i = 0; i < 16; i++)
-		hash_mix(acc, bytes[i]);
-	return hash_digest(acc);
+		sw_nccl_hash_chunk(acc, bytes[i]);
+	return sw_nccl_hash_digest(acc);
 }
 
 static __always_inline __u64 split_hash(__u64 parent, __u32 splits, __s32 color)
@@ -123,12 +97,12 @@ static __always_inline __u64 split_hash(__u64 parent, __u32 splits, __s32 color)
 	__u64 acc[2] = {1, 1};
 
 	acc[0] ^= sizeof(parent);
-	hash_mix(acc, parent);
+	sw_nccl_hash_chunk(acc, parent);
 	acc[0] ^= sizeof(splits);
-	hash_mix(acc, splits);
+	sw_nccl_hash_chunk(acc, splits);
 	acc[0] ^= sizeof(color);
-	hash_mix(acc, (__u32)color);
-	return hash_digest(acc);
+	sw_nccl_hash_chunk(acc, (__u32)color);
+	return sw_nccl_hash_digest(acc);
 }
 
 static __always_inline void set_comm(__u32 tgid, __u64 comm, __s32 rank, __s32 world_size,

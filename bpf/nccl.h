@@ -43,4 +43,33 @@ struct nccl_comm_info {
 	__u32 pad;
 };
 
+/*
+ * NCCL's communicator hash (init.cc; the mixing of utils.h eatHash/digestHash), shared by the
+ * BPF programs and user space (exporter/trace/nccl_ranks.cpp): a 128-bit accumulator that
+ * starts at {1, 1}; each piece of input first XORs its size into acc[0], then per 8-byte chunk
+ * (the last one zero-padded) the accumulator is mixed and the chunk added.
+ */
+static inline void sw_nccl_hash_chunk(__u64 acc[2], __u64 chunk)
+{
+	acc[0] += acc[1];
+	acc[1] ^= acc[0];
+	acc[0] ^= acc[0] >> 31;
+	acc[0] *= 0x9de62bbc8cef3ce3ULL;
+	acc[1] ^= acc[1] >> 32;
+	acc[1] *= 0x485cd6311b599e79ULL;
+	acc[0] += chunk;
+}
+
+static inline __u64 sw_nccl_hash_digest(const __u64 acc[2])
+{
+	__u64 h = acc[0];
+
+	h ^= h >> 31;
+	h *= 0xbac3bd562846de6bULL;
+	h += acc[1];
+	h ^= h >> 32;
+	h *= 0x995a187a14e7b445ULL;
+	return h;
+}
+
 #endif /* STALLWATCH_NCCL_H */

@@ -7,41 +7,31 @@
 #include "trace/calls.h"
 #include "trace/snapshot.h"
 
+extern "C" {
+#include "bpf/nccl.h"
+}
+
 namespace stallwatch::trace {
 namespace {
 
-// NCCL's accumulator (utils.h): each piece first XORs its size in, then every 8-byte chunk
+// NCCL's accumulator (bpf/nccl.h): each piece first XORs its size in, then every 8-byte chunk
 // (the last zero-padded) mixes the accumulator and is added.
 struct Hasher {
-  std::uint64_t acc[2] = {1, 1};
+  __u64 acc[2] = {1, 1};
 
   void eat(const void* bytes, size_t size) {
     const auto* p = static_cast<const std::uint8_t*>(bytes);
     acc[0] ^= size;
     while (size != 0) {
-      acc[0] += acc[1];
-      acc[1] ^= acc[0];
-      acc[0] ^= acc[0] >> 31;
-      acc[0] *= 0x9de62bbc8cef3ce3ULL;
-      acc[1] ^= acc[1] >> 32;
-      acc[1] *= 0x485cd6311b599e79ULL;
       const size_t chunk = size < 8 ? size : 8;
-      std::uint64_t x = 0;
+      __u64 x = 0;
       std::memcpy(&x, p, chunk);  // little-endian hosts: NCCL's memcpy reads the same
       p += chunk;
       size -= chunk;
-      acc[0] += x;
+      sw_nccl_hash_chunk(acc, x);
     }
   }
-  std::uint64_t digest() const {
-    std::uint64_t h = acc[0];
-    h ^= h >> 31;
-    h *= 0xbac3bd562846de6bULL;
-    h += acc[1];
-    h ^= h >> 32;
-    h *= 0x995a187a14e7b445ULL;
-    return h;
-  }
+  std::uint64_t digest() const { return sw_nccl_hash_digest(acc); }
 };
 
 std::string bounded(std::string_view value) {
