@@ -381,7 +381,11 @@ TEST(Cli, CheckReportsTheStore) {
 TEST(Cli, CheckPassesHereAndJsonSaysSo) {
   auto r = run(kBin + " check --json");
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(r.output.rfind("{\"ok\":true,\"checks\":[{\"name\":\"kernel\"", 0), 0u) << r.output;
+  // Issue #51: the paths run would be given come first (here the defaults, /proc and /sys).
+  EXPECT_EQ(r.output.rfind("{\"ok\":true,\"checks\":[{\"name\":\"paths\",\"status\":\"ok\"", 0),
+            0u)
+      << r.output;
+  EXPECT_NE(r.output.find("{\"name\":\"kernel\",\"status\":\"ok\""), std::string::npos) << r.output;
   // Issue #38: each kernel feature the programs use, probed by loading; this kernel (>= 6.6)
   // has them all.
   for (const char* feature : {"ringbuf", "task_storage", "attach_cookie", "task_iter", "bpf_loop"}) {
