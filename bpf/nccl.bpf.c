@@ -77,8 +77,10 @@ static __always_inline __u64 dtype_size(__u64 dtype)
  * ncclCommInitRankScalable); a split hashes its parent's hash, the parent's split count after
  * this split and the colour (nccl.h sw_nccl_hash_chunk; exporter/trace/nccl_ranks.cpp is the
  * same in C++, and the tests hold both to one vector).
+ *
+ * unique_id_hash: the hash of the 128-byte ncclUniqueId at user address `id`; 0 when it cannot
+ * be read.
  */
-/* The hash of the 128-byte ncclUniqueId at user address `id`; 0 when it cannot be read. */
 static __always_inline __u64 unique_id_hash(__u64 id)
 {
 	__u64 bytes[16];
