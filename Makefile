@@ -79,11 +79,14 @@ test-kernels: build
 	bash tests/kernels/run.sh || [ $$? -eq 77 ]
 
 # The unit tier built with -fsanitize=address,undefined (gcc) in build-asan: any leak, overflow
-# or undefined behaviour fails the test that ran into it.
+# or undefined behaviour fails the test that ran into it. Debug info is -g1 (functions and line
+# tables, what a sanitizer's report needs), kept in the test binaries: with full -g the tree
+# outgrew a CI machine's disk beside build/.
 ASAN_BUILD ?= build-asan
 SAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -O1
 $(ASAN_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTALLWATCH_WERROR=OFF \
+	  -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DCMAKE_C_FLAGS_DEBUG=-g1 -DSTALLWATCH_TEST_DEBUG_INFO=ON \
 	  -DCMAKE_CXX_FLAGS="$(SAN_FLAGS)" \
 	  -DCMAKE_C_FLAGS="$(SAN_FLAGS)" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
 	  -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"

@@ -1,6 +1,7 @@
 // Mock NCCL, built as libnccl.so.2: the real exported names with the real C signatures (nccl.h
 // of NCCL 2.2x), so uprobes, discovery and the workload see what they would see on a GPU host.
-// No GPU, no network, no peers: every rank completes its collectives on its own.
+// No GPU, no network. Without MOCK_NCCL_BARRIER_DIR every rank completes its collectives on
+// its own; with it, the ranks of one job really wait for each other (below).
 //
 // Behaviour, for tests:
 //  - every call succeeds (ncclSuccess) unless a required pointer is NULL or an argument is out
@@ -11,16 +12,29 @@
 //    so a test can make one rank a straggler; their buffers are never touched; while the file
 //    named by MOCK_NCCL_HOLD_FILE exists they do not return (asleep, polling every 10 ms): a
 //    collective waiting for a rank that never joins, released by removing the file;
+//  - with MOCK_NCCL_BARRIER_DIR set, a communicator made by ncclCommInitRank(Config) or
+//    ncclCommInitRankScalable is a barrier shared by every process that joined it with the same
+//    unique id: a file in that folder named after the id, mapped shared; each collective and
+//    send/recv returns only when all nranks ranks have entered their n-th one (a futex wait,
+//    off-CPU as a rank blocked on its peers is), so the rank that arrives last waits least.
+//    A peer missing for MOCK_NCCL_BARRIER_TIMEOUT_MS (default 30000) fails the op with
+//    ncclRemoteError, as a peer that died does;
 //  - ncclGetVersion reports 22703 (2.27.3); ncclGetUniqueId writes MOCK_NCCL_UNIQUE_ID's bytes
 //    when set (the id every rank of one job gets from its rank 0), else "mock-nccl-id".
 // Every entry point is noinline and marks its own index, so each keeps a distinct address
 // (no identical-code folding) and a uprobe on one never fires for another.
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE  // syscall(SYS_futex) for the barrier
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <time.h>
 
@@ -94,10 +108,18 @@ typedef struct ncclConfig_v22800 {
   int nvlinkCentricSched;
 } ncclConfig_t;
 
+// The shared page of one job's barrier (MOCK_NCCL_BARRIER_DIR): how many ranks entered the
+// current round, and the round number, which the last one to enter advances.
+struct barrier_page {
+  uint32_t arrived;
+  uint32_t round;
+};
+
 // What ncclComm_t points to in this mock.
 struct ncclComm {
   int rank;
   int nranks;
+  struct barrier_page* barrier;  // NULL: no peers to wait for
 };
 
 enum {
@@ -157,6 +179,54 @@ static long op_us(void) {
   return v;
 }
 
+static long barrier_timeout_ms(void) {
+  const char* text = getenv("MOCK_NCCL_BARRIER_TIMEOUT_MS");
+  if (text == NULL || *text == '\0') return 30000;
+  char* end = NULL;
+  long v = strtol(text, &end, 10);
+  return (*end == '\0' && v > 0) ? v : 30000;
+}
+
+// The job's barrier page for this unique id, or NULL without MOCK_NCCL_BARRIER_DIR. Every rank
+// maps the same file: its name is the id's first 32 bytes in hex (the mock's ids are text).
+static struct barrier_page* open_barrier(const ncclUniqueId* id) {
+  const char* dir = getenv("MOCK_NCCL_BARRIER_DIR");
+  if (dir == NULL || *dir == '\0') return NULL;
+  char path[512];
+  int n = snprintf(path, sizeof(path), "%s/", dir);
+  for (int i = 0; i < 32 && n > 0 && n < (int)sizeof(path) - 3; ++i) {
+    n += snprintf(path + n, sizeof(path) - (size_t)n, "%02x", (unsigned char)id->internal[i]);
+  }
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return NULL;
+  // Every rank sizes it; the first one's zeroes are what all see (a larger size never shrinks).
+  void* page = MAP_FAILED;
+  if (ftruncate(fd, 4096) == 0) {
+    page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  return page == MAP_FAILED ? NULL : (struct barrier_page*)page;
+}
+
+// Enters the next round and returns when all nranks ranks have: 0, or -1 after the timeout.
+static int barrier_wait(struct barrier_page* b, int nranks) {
+  const uint32_t round = __atomic_load_n(&b->round, __ATOMIC_ACQUIRE);
+  if (__atomic_add_fetch(&b->arrived, 1, __ATOMIC_ACQ_REL) == (uint32_t)nranks) {
+    __atomic_store_n(&b->arrived, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&b->round, round + 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &b->round, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    return 0;
+  }
+  long left_ms = barrier_timeout_ms();
+  while (__atomic_load_n(&b->round, __ATOMIC_ACQUIRE) == round) {
+    if (left_ms <= 0) return -1;
+    struct timespec tick = {0, 100000000};  // re-check the time every 100 ms
+    syscall(SYS_futex, &b->round, FUTEX_WAIT, round, &tick, NULL, 0);
+    left_ms -= 100;
+  }
+  return 0;
+}
+
 // The wall time a collective takes on this rank: a sleep, so the thread is off-CPU (blocked)
 // the way a rank waiting on the network or its peers is.
 static ncclResult_t run_op(ncclComm_t comm, ncclDataType_t datatype) {
@@ -173,6 +243,9 @@ static ncclResult_t run_op(ncclComm_t comm, ncclDataType_t datatype) {
     while (nanosleep(&left, &left) != 0 && errno == EINTR) {
     }
   }
+  if (comm->barrier != NULL && barrier_wait(comm->barrier, comm->nranks) != 0) {
+    return ncclRemoteError;
+  }
   return ncclSuccess;
 }
 
@@ -182,8 +255,21 @@ static ncclResult_t new_comm(ncclComm_t* out, int nranks, int rank) {
   if (c == NULL) return ncclSystemError;
   c->rank = rank;
   c->nranks = nranks;
+  c->barrier = NULL;
   *out = c;
   return ncclSuccess;
+}
+
+// A communicator of a job's ranks: new_comm, with the job's barrier when there is one.
+static ncclResult_t join_comm(ncclComm_t* out, int nranks, int rank, const ncclUniqueId* id) {
+  ncclResult_t rc = new_comm(out, nranks, rank);
+  if (rc == ncclSuccess) (*out)->barrier = open_barrier(id);
+  return rc;
+}
+
+static void free_comm(ncclComm_t comm) {
+  if (comm != NULL && comm->barrier != NULL) munmap(comm->barrier, 4096);
+  free(comm);
 }
 
 MOCK_API ncclResult_t ncclGetVersion(int* version) {
@@ -212,15 +298,14 @@ MOCK_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
 MOCK_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                        int rank) {
   mark(kCommInitRank);
-  (void)commId;
-  return new_comm(comm, nranks, rank);
+  return join_comm(comm, nranks, rank, &commId);
 }
 
 MOCK_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                              int rank, ncclConfig_t* config) {
   mark(kCommInitRankConfig);
-  (void)commId, (void)config;
-  return new_comm(comm, nranks, rank);
+  (void)config;
+  return join_comm(comm, nranks, rank, &commId);
 }
 
 // nId unique ids, one per bootstrap root (NCCL 2.23): the same communicator as InitRank.
@@ -230,7 +315,7 @@ MOCK_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, 
   mark(kCommInitRankScalable);
   (void)config;
   if (nId < 1 || commIds == NULL) return ncclInvalidArgument;
-  return new_comm(newcomm, nranks, myrank);
+  return join_comm(newcomm, nranks, myrank, &commIds[0]);
 }
 
 // One communicator per device of this process: ranks 0..ndev-1.
@@ -278,13 +363,13 @@ MOCK_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 
 MOCK_API ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   mark(kCommDestroy);
-  free(comm);  // NULL is allowed, as in NCCL
+  free_comm(comm);  // NULL is allowed, as in NCCL
   return ncclSuccess;
 }
 
 MOCK_API ncclResult_t ncclCommAbort(ncclComm_t comm) {
   mark(kCommAbort);
-  free(comm);
+  free_comm(comm);
   return ncclSuccess;
 }
 

@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -305,6 +306,7 @@ pid_t spawn(const Spawn& s) {
     CPU_SET(s.cpu, &set);
     if (sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
   }
+  if (s.nice != 0 && setpriority(PRIO_PROCESS, 0, s.nice) != 0) _exit(126);
   for (const auto& [k, v] : s.env) setenv(k.c_str(), v.c_str(), 1);
   if (!s.comm.empty()) prctl(PR_SET_NAME, s.comm.c_str());
   if (s.argv.empty()) {

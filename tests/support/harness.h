@@ -87,6 +87,7 @@ struct Spawn {
   std::string output_path;    // append stdout and stderr to this file, when set
   int cpu = -1;               // pin to this CPU before exec, when >= 0
   std::string comm;           // set the process name before exec (for hogs), when set
+  int nice = 0;               // setpriority(PRIO_PROCESS) before exec, when not 0
 };
 
 // Starts a child; the returned pid is in its cgroups, its network namespace and on its CPU
