@@ -302,6 +302,7 @@ TEST_F(Fleet, AHogOnOneRanksCoreIsNamedWithItsNodeAndCpuContention) {
   EXPECT_EQ(l.value("host_cause", ""), "cpu_contention") << alert.dump();
   const std::string summary = alert["annotations"].value("summary", "");
   const std::string description = alert["annotations"].value("description", "");
+  if (std::getenv("STALLWATCH_TEST_SHOW")) std::cout << alert.dump(2) << "\n" << scores(*job) << "\n";
   EXPECT_NE(summary.find("job " + job->job_id + ": rank 0 on node node-a holds the collective back"),
             std::string::npos)
       << summary;
@@ -357,6 +358,7 @@ TEST_F(Fleet, ARankSlowedByItsOwnCodeSaysNoHostCause) {
   EXPECT_EQ(l.value("node", ""), "node-b");
   EXPECT_EQ(l.value("instance", ""), daemons_[1]->url("").substr(7));
   EXPECT_EQ(l.value("host_cause", ""), "none") << alert.dump();
+  if (std::getenv("STALLWATCH_TEST_SHOW")) std::cout << alert.dump(2) << "\n" << scores(*job) << "\n";
   EXPECT_NE(alert["annotations"].value("description", "").find("node node-b: no host cause"),
             std::string::npos)
       << alert.dump();
