@@ -572,7 +572,7 @@ void add_rank_families(const Snapshot& snap, std::vector<Family>& out) {
   auto job = family("stallwatch_job_info",
                     "1 for each NCCL communicator member on this node: its commHash, rank and "
                     "size, the node, and the job keys of the process's environment (torchrun, "
-                    "Slurm).",
+                    "Slurm), else of its pod's labels or its Slurm cgroup.",
                     MetricKind::kGauge, "1");
   std::set<std::tuple<std::string, std::uint64_t, int, int>> seen;  // one series per member
   for (const trace::NcclRank& r : trace::nccl_ranks(snap)) {
@@ -586,7 +586,7 @@ void add_rank_families(const Snapshot& snap, std::vector<Family>& out) {
     wait.points.push_back(point(id, l, seconds(r.wait_ns)));
     ops.points.push_back(point(id, l, count(r.collectives)));
     l.insert(l.end(), {{"node", snap.node},
-                       {"job_id", r.job.job_id},
+                       {"job_id", trace::job_id_of(r.job, *id)},
                        {"global_rank", r.job.global_rank},
                        {"local_rank", r.job.local_rank}});
     job.points.push_back(point(id, l, 1));

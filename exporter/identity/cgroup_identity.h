@@ -24,6 +24,9 @@ struct Identity {
   std::string pod{};
   std::string pod_namespace{};
   std::string container{};
+  // The training job the pod belongs to, from its first label of kPodJobLabels
+  // (identity/kube_metadata.h): JobSet, Kubeflow, Volcano, LeaderWorkerSet.
+  std::string pod_job{};
   // The `workload` label on /metrics (metrics/model.h's shape_families sets it on its copies;
   // empty elsewhere).
   std::string workload{};

@@ -115,6 +115,12 @@ Result<std::vector<KubePod>> parse_pod_list(std::string_view text) {
     if (const json* ann = member(*meta, "annotations")) {
       p.mirror_uid = string_at(*ann, "kubernetes.io/config.mirror");
     }
+    if (const json* labels = member(*meta, "labels")) {
+      for (const char* key : kPodJobLabels) {
+        p.job = string_at(*labels, key);
+        if (!p.job.empty()) break;
+      }
+    }
     if (const json* status = member(item, "status")) {
       for (const char* list : {"containerStatuses", "initContainerStatuses",
                                "ephemeralContainerStatuses"}) {
@@ -228,6 +234,7 @@ void KubeMetadata::annotate(Identity& id) {
       if (it != pods_.end()) {
         id.pod = it->second.name;
         id.pod_namespace = it->second.pod_namespace;
+        id.pod_job = it->second.job;
       } else if (settings_.enabled && !not_listed_.contains(id.pod_uid) &&
                  asked_for_.size() < kMaxPods) {
         asked_for_.insert(id.pod_uid);
@@ -247,8 +254,8 @@ void KubeMetadata::replace(const std::vector<KubePod>& pods) {
   std::map<std::string, PodNames> by_uid;
   std::map<std::string, std::string> containers;
   for (const auto& p : pods) {
-    by_uid[p.uid] = {p.name, p.pod_namespace};
-    if (!p.mirror_uid.empty()) by_uid[p.mirror_uid] = {p.name, p.pod_namespace};
+    by_uid[p.uid] = {p.name, p.pod_namespace, p.job};
+    if (!p.mirror_uid.empty()) by_uid[p.mirror_uid] = {p.name, p.pod_namespace, p.job};
     for (const auto& c : p.containers) containers[c.id] = c.name;
   }
   std::lock_guard lock(mu_);

@@ -48,11 +48,20 @@ struct KubeContainer {
   std::string name;  // container name in the pod spec
 };
 
+// The pod labels that name a training job, in the order they are tried (issue #52): JobSet,
+// Kubeflow's PyTorchJob (training-operator) and TrainJob (trainer v2), Volcano's Job,
+// LeaderWorkerSet. The first one a pod carries is its job.
+inline constexpr const char* kPodJobLabels[] = {
+    "jobset.sigs.k8s.io/jobset-name", "training.kubeflow.org/job-name",
+    "trainer.kubeflow.org/trainjob-name", "volcano.sh/job-name",
+    "leaderworkerset.sigs.k8s.io/name"};
+
 struct KubePod {
   std::string uid;
   std::string mirror_uid;  // static pods: the kubelet's config hash, which names the cgroup
   std::string name;
   std::string pod_namespace;
+  std::string job;  // the value of its first label of kPodJobLabels, "" when none
   std::vector<KubeContainer> containers;  // containers, init and ephemeral containers
 };
 
@@ -126,6 +135,7 @@ class KubeMetadata {
   struct PodNames {
     std::string name;
     std::string pod_namespace;
+    std::string job;
   };
 
   void refresher();

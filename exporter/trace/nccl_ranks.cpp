@@ -85,6 +85,11 @@ JobKeys job_keys_from_environ(std::string_view environ) {
           first(world, slurm_world)};
 }
 
+std::string job_id_of(const JobKeys& keys, const identity::Identity& id) {
+  if (!keys.job_id.empty()) return keys.job_id;  // bounded and escaped when it was read
+  return bounded(!id.pod_job.empty() ? id.pod_job : id.slurm_job);
+}
+
 std::vector<NcclRank> nccl_ranks(const Snapshot& snap) {
   std::vector<NcclRank> out;
   for (const NcclMember& m : snap.nccl_members) {

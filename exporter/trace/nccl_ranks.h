@@ -9,6 +9,7 @@
 // - Per rank (one process in one communicator): the time its process spent in NCCL ops and in
 //   synchronizes (what a rank waits for its collectives) and its NCCL op count. In a
 //   synchronous collective the straggler is the rank that waits least.
+// - The job of a member: its environment's, else its pod's or its Slurm cgroup's.
 // Pure apart from nothing; thread-safe.
 #pragma once
 
@@ -17,6 +18,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "identity/cgroup_identity.h"
 
 namespace stallwatch {
 struct Snapshot;
@@ -41,6 +44,11 @@ struct JobKeys {
   bool operator==(const JobKeys&) const = default;
 };
 inline constexpr size_t kMaxJobValue = 64;
+
+// The job a member belongs to: the environment's job id (torchrun, Slurm), else the job its
+// pod's labels name (identity::kPodJobLabels), else the Slurm job of its cgroup path
+// (.../job_1234/...); bounded and escaped as the environment's are. "" when none names it.
+std::string job_id_of(const JobKeys& keys, const identity::Identity& id);
 // Bytes of /proc/PID/environ read at most (the keys torchrun and Slurm set come early).
 inline constexpr size_t kMaxEnvironBytes = 256 * 1024;
 // `environ`: NUL-separated NAME=value entries, as /proc/PID/environ holds them.

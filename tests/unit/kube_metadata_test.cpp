@@ -136,6 +136,38 @@ TEST(KubePodList, RefusesWhatIsNotAPodList) {
   EXPECT_TRUE(empty->empty());
 }
 
+// The training job of a pod, from the first of kPodJobLabels it carries (issue #52): JobSet
+// before Volcano; a label outside the allowlist names nothing; annotate() carries it.
+TEST(KubePodList, NamesThePodsJobFromItsFirstAllowlistedLabel) {
+  auto pods = parse_pod_list(R"({"kind": "PodList", "items": [
+    {"metadata": {"uid": "u-1", "name": "llm-0", "namespace": "ml",
+                  "labels": {"volcano.sh/job-name": "vc-job",
+                             "jobset.sigs.k8s.io/jobset-name": "llm-7", "app": "x"}}},
+    {"metadata": {"uid": "u-2", "name": "pt-0", "namespace": "ml",
+                  "labels": {"training.kubeflow.org/job-name": "pt-job"}}},
+    {"metadata": {"uid": "u-3", "name": "tj-0", "namespace": "ml",
+                  "labels": {"trainer.kubeflow.org/trainjob-name": "tj"}}},
+    {"metadata": {"uid": "u-4", "name": "lws-0", "namespace": "ml",
+                  "labels": {"leaderworkerset.sigs.k8s.io/name": "vllm-lws"}}},
+    {"metadata": {"uid": "u-5", "name": "web-0", "namespace": "ml",
+                  "labels": {"job-name": "not-on-the-list", "volcano.sh/job-name": 7}}}]})");
+  ASSERT_TRUE(pods) << pods.error().message;
+  ASSERT_EQ(pods->size(), 5u);
+  EXPECT_EQ((*pods)[0].job, "llm-7");
+  EXPECT_EQ((*pods)[1].job, "pt-job");
+  EXPECT_EQ((*pods)[2].job, "tj");
+  EXPECT_EQ((*pods)[3].job, "vllm-lws");
+  EXPECT_EQ((*pods)[4].job, "");  // only allowlisted keys, only string values
+
+  KubeMetadata kube(KubeSettings{});
+  kube.replace(*pods);
+  Identity id;
+  id.pod_uid = "u-1";
+  kube.annotate(id);
+  EXPECT_EQ(id.pod, "llm-0");
+  EXPECT_EQ(id.pod_job, "llm-7");
+}
+
 TEST(KubePodList, StripsRuntimeSchemes) {
   EXPECT_EQ(strip_container_scheme("containerd://abc"), "abc");
   EXPECT_EQ(strip_container_scheme("cri-o://abc"), "abc");

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "metrics/model.h"
 #include "trace/calls.h"
 #include "trace/snapshot.h"
 
@@ -86,6 +87,49 @@ TEST(NcclRanks, ARanksWaitIsItsNcclOpsAndSynchronizesAndItsOpsAreItsRanks) {
   EXPECT_EQ(ranks[0].wait_ns, 2'500'000'000u);
   EXPECT_EQ(ranks[0].collectives, 100u);
   EXPECT_EQ(ranks[0].job.job_id, "j");
+}
+
+}  // namespace
+}  // namespace stallwatch::trace
+
+namespace stallwatch::trace {
+namespace {
+
+// The job of a member: its environment's, else its pod's label, else its Slurm cgroup's; what
+// comes from the pod or the path is cut and escaped as the environment's is.
+TEST(NcclJob, EnvironmentThenPodLabelThenSlurmCgroup) {
+  identity::Identity id;
+  id.pod_job = "llm-7";
+  id.slurm_job = "1234";
+  EXPECT_EQ(job_id_of(JobKeys{"run-9", "", "", ""}, id), "run-9");
+  EXPECT_EQ(job_id_of(JobKeys{}, id), "llm-7");
+  id.pod_job.clear();
+  EXPECT_EQ(job_id_of(JobKeys{}, id), "1234");
+  id.slurm_job.clear();
+  EXPECT_EQ(job_id_of(JobKeys{}, id), "");
+  id.pod_job = "a\nb" + std::string(100, 'x');
+  const std::string got = job_id_of(JobKeys{}, id);
+  EXPECT_EQ(got.find('\n'), std::string::npos) << got;
+  EXPECT_LE(got.size(), kMaxJobValue + 4) << got;  // cut to 64 bytes, then escaped
+}
+
+// On /metrics: a member whose environment names no job gets its pod's.
+TEST(NcclJob, JobInfoTakesThePodsJobWhenTheEnvironmentHasNone) {
+  Snapshot snap;
+  Series& s = snap.series["/pod-a"];
+  s.identity.cgroup = "/pod-a";
+  s.identity.pod_job = "llm-7";
+  snap.nccl_members = {NcclMember{"/pod-a", 10, 1, 4, 0xabc, JobKeys{"", "1", "1", "4"}}};
+  std::vector<std::string> jobs;
+  for (const metrics::Family& f : metrics::build_model(snap, {})) {
+    if (f.name != "stallwatch_job_info") continue;
+    for (const metrics::Point& p : f.points) {
+      for (const auto& [k, v] : p.labels) {
+        if (k == "job_id") jobs.push_back(v);
+      }
+    }
+  }
+  EXPECT_EQ(jobs, std::vector<std::string>{"llm-7"});
 }
 
 }  // namespace
