@@ -109,7 +109,14 @@ for pkg in "${kernels[@]}"; do
   cp "$root/tests/kernels/init" "$stage/init"
   module_order "$tree/lib/modules/$version" virtio_pci 9pnet_virtio 9p overlay > "$stage/modules.order"
   (cd "$stage" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) > "$work/$version/initrd.gz"
-  echo "test-kernels: $version ($accel): booting"
+  # A guest kernel that panics in its own code (seen once in 6.12 under TCG: an int3 left by
+  # the kernel's own text patching, in update_curr, while cgroup CPU bandwidth was switched on)
+  # is booted once more, saying so; a second panic, or any other failure, fails the run.
+  for attempt in 1 2; do
+  rm -rf "$results" && mkdir -p "$results"
+  note=""
+  [ "$attempt" = 1 ] || note=", after a guest panic"
+  echo "test-kernels: $version ($accel): booting${note:+ again}"
   t0=$SECONDS
   set +e
   timeout -k 10 "$limit" qemu-system-x86_64 -accel "$accel" -cpu "$cpu" -smp 2 -m 3072 \
@@ -127,11 +134,17 @@ for pkg in "${kernels[@]}"; do
   if [ ! -s "$results/summary" ] || ! grep -qx done "$results/summary"; then
     echo "test-kernels: $version: the guest did not finish (qemu rc $qrc after ${took} s); console:" >&2
     tail -40 "$work/$version/console.log" >&2
-    summary+=("$version ($accel, ${took} s): did not finish")
+    if [ "$attempt" = 1 ] && grep -q 'Kernel panic - not syncing' "$work/$version/console.log"; then
+      echo "test-kernels: $version: the guest kernel panicked (above): booting it once more" >&2
+      continue
+    fi
+    summary+=("$version ($accel, ${took} s$note): did not finish")
     status=1
-    continue
+    continue 2
   fi
-  line="$version ($accel, ${took} s):"
+  break
+  done
+  line="$version ($accel, ${took} s$note):"
   while read -r name rc secs; do
     [ "$name" = kernel ] || [ "$name" = done ] && continue
     if [ "$rc" = 0 ]; then
