@@ -56,11 +56,13 @@ run: daemon
 	$(BUILD)/stallwatch run --web.listen-address $(LISTEN) --db $(DB)
 
 # Every tier: unit (no root), privileged (real eBPF; skipped with exit 77 without root), e2e
-# (real receivers on 127.0.0.1); then each libFuzzer harness briefly (issue #15). The unit tier
+# (real receivers on 127.0.0.1); then each libFuzzer harness briefly (issue #15). Tests that
+# create or measure contention are RUN_SERIAL (alone on the host); the rest run JOBS
+# (default: the CPUs) at a time. The unit tier
 # under AddressSanitizer and UBSan is `make test-asan` (a second full build: CI runs it after
 # this; docs/development.md "Tests" has the timings).
 test: build
-	cd $(BUILD) && ctest --output-on-failure
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	$(MAKE) fuzz-smoke
 
 test-unit: build

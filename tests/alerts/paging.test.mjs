@@ -25,7 +25,13 @@ test(`a critical cpu_contention chain pages PagerDuty with its kind and workload
   let stack = null;
   try {
     demo = await startDemo({ scenario: 'incident', args: [...DEMO_ARGS, ...settings] });
-    stack = await startStack({ targets: [`127.0.0.1:${demo.port}`], routingKey: ROUTING_KEY });
+    // The default pass waits out the shipped 1m `for`; the lean pass tests the labels with a
+    // 5s one (the rule's `for` is the same file's, checked by promtool test rules).
+    stack = await startStack({
+      targets: [`127.0.0.1:${demo.port}`],
+      routingKey: ROUTING_KEY,
+      criticalFor: settings.length ? '5s' : null,
+    });
     t.diagnostic(`stack ready after ${elapsed(t0)}`);
 
     // The chain as the daemon serves it: the workload labels the page must carry.

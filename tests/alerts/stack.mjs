@@ -201,9 +201,25 @@ export function alertmanagerConfigFor({ standInUrl, routingKeyFile, chatUrlFile 
   return cfg;
 }
 
+// The rules Prometheus loads: the real file, or a copy in `dir` whose StallwatchCriticalChain
+// `for:` is `criticalFor` (its shipped 1m is kept by one paging pass and by promtool's tests;
+// the other passes need not wait it out again).
+function rulesFor(dir, criticalFor) {
+  if (!criticalFor) return rulesFile;
+  const text = readFileSync(rulesFile, 'utf8');
+  const at = text.indexOf('- alert: StallwatchCriticalChain');
+  const forAt = text.indexOf('for: 1m', at);
+  if (at < 0 || forAt < 0 || forAt - at > 400)
+    throw new Error(`tests/alerts: StallwatchCriticalChain's "for: 1m" not found in ${rulesFile}`);
+  const copy = join(dir, 'stallwatch.rules.yml');
+  writeFileSync(copy, `${text.slice(0, forAt)}for: ${criticalFor}${text.slice(forAt + 'for: 1m'.length)}`);
+  return copy;
+}
+
 // Starts stand-in, Alertmanager and Prometheus (scraping `targets` as job "stallwatch").
+// `criticalFor`: the critical chain page's `for:` in a copy of the rules (default: the file's).
 // Returns { standIn, am, prom, promUrl, amUrl, routingKey, query(), stop() }.
-export async function startStack({ targets, routingKey, timeoutMs = 30000 }) {
+export async function startStack({ targets, routingKey, timeoutMs = 30000, criticalFor = null }) {
   const prometheusBin = findTool('prometheus');
   const alertmanagerBin = findTool('prometheus-alertmanager', 'alertmanager');
   const dir = mkdtempSync(join(tmpdir(), 'stallwatch-alerts-e2e-'));
@@ -245,7 +261,7 @@ export async function startStack({ targets, routingKey, timeoutMs = 30000 }) {
         '  scrape_timeout: 1s',
         '  evaluation_interval: 1s',
         'rule_files:',
-        `  - ${JSON.stringify(rulesFile)}`,
+        `  - ${JSON.stringify(rulesFor(dir, criticalFor))}`,
         'alerting:',
         '  alertmanagers:',
         '    - static_configs:',

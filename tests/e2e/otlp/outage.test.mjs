@@ -1,5 +1,6 @@
-// A receiver down for 60 s, then back on the same port: the daemon keeps publishing, its queue
-// stays under --otlp-max-queue, what it had to drop is counted, and delivery resumes.
+// A receiver down for 30 s, then back on the same port: the daemon keeps publishing, its queue
+// stays under --otlp-max-queue, what it had to drop is counted, and delivery resumes. (Its
+// 64 KiB queue is full after ~4 s of pushes; the retries have backed off to 16 s by the end.)
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { assertKeptPublishing, checkInvariants, watchDaemon, windowOf } from './compare.mjs';
@@ -13,13 +14,13 @@ import {
   waitFor,
 } from './receiver.mjs';
 
-const OUTAGE_MS = 60_000;
+const OUTAGE_MS = 30_000;
 const MAX_QUEUE = 64 * 1024; // --otlp-max-queue 64KiB: a few pushes of the demo (~9 KB each)
 
 const sequenceOf = (r) => Number(windowOf(r)?.split('@')[0]);
 
 test(
-  'outage: 60 s down, back on the same port, delivery resumes',
+  'outage: 30 s down, back on the same port, delivery resumes',
   { timeout: 240_000 },
   async (t) => {
     const { receiver, demo } = await startSession(t, {
@@ -54,7 +55,7 @@ test(
     await t.test(
       'during the outage: windows kept coming, /healthz answered, queue under the cap',
       () => {
-        assertKeptPublishing(during, { minWindows: 40 });
+        assertKeptPublishing(during, { minWindows: 20 });
         const bytes = during.map((s) => s.queueBytes);
         assert.ok(
           bytes.every((b) => typeof b === 'number'),
@@ -115,7 +116,7 @@ test(
       );
       assert.ok(
         missing.length > 0,
-        '60 s of ~9 KB pushes cannot fit a 64 KiB queue: windows were dropped',
+        '30 s of ~9 KB pushes cannot fit a 64 KiB queue: windows were dropped',
       );
       assert.ok(dropped > 0, 'stallwatch_otlp_points_dropped_total counts the drops');
       assert.ok(
