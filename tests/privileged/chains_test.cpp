@@ -38,9 +38,9 @@ std::string copy_of_yes() {
   return path;
 }
 
-std::string unique(const std::string& name) {
-  return "stallwatch-chains-" + std::to_string(getpid()) + "/" + name;
-}
+// The suite's cgroups all lie below /stallwatch-chains-PID; its daemon traces only there.
+std::string top() { return "stallwatch-chains-" + std::to_string(getpid()); }
+std::string unique(const std::string& name) { return top() + "/" + name; }
 
 // The workload: syncs that each spin 2 ms of CPU (a CUDA runtime polling for completion),
 // long enough to span many 500 ms windows.
@@ -81,7 +81,8 @@ Poll poll(const Daemon& d, const std::string& cgroup) {
 }
 
 TEST(Chains, PinnedCpuHogsOpenACpuContentionChainNamingThemAndCalmOpensNone) {
-  Daemon daemon({"--window", "500ms"});
+  OwnCgroupRoot root(top());
+  Daemon daemon(root.flags({"--window", "500ms"}));
   ASSERT_TRUE(daemon.wait_ready()) << "log: " << daemon.log_path();
   TestCgroup calm(unique("calm")), hot(unique("hot")), agents(unique("agents"));
   const int cpu = 0;

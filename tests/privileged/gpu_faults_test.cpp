@@ -35,9 +35,9 @@ using namespace std::chrono_literals;
 
 const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
 
-std::string unique(const std::string& name) {
-  return "stallwatch-gpu-" + std::to_string(getpid()) + "/" + name;
-}
+// The suite's cgroups all lie below /stallwatch-gpu-PID; its daemon traces only there.
+std::string top() { return "stallwatch-gpu-" + std::to_string(getpid()); }
+std::string unique(const std::string& name) { return top() + "/" + name; }
 
 // Replaces `path` whole (a reader never sees half a file).
 void replace_file(const std::string& path, const std::string& text) {
@@ -74,8 +74,10 @@ class GpuFaults : public ::testing::Test {
                              std::to_string(getpid()) + ".state");
     std::ofstream(*state_) << "gpu minor=0 bus=00000000:3B:00.0\n";
     ::setenv("MOCK_NVML_STATE", state_->c_str(), 1);  // the daemon's NVML reads it
-    daemon_ = new Daemon({"--window", "500ms", "--hang-threshold", "2s", "--nvml-library",
-                          MOCK_NVML_PATH, "--gpu-sample-interval", "50ms"});
+    root_ = new OwnCgroupRoot(top());
+    daemon_ = new Daemon(root_->flags({"--window", "500ms", "--hang-threshold", "2s",
+                                       "--nvml-library", MOCK_NVML_PATH,
+                                       "--gpu-sample-interval", "50ms"}));
     ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
   }
   static void TearDownTestSuite() {
@@ -84,6 +86,8 @@ class GpuFaults : public ::testing::Test {
       delete daemon_;
       daemon_ = nullptr;
     }
+    delete root_;
+    root_ = nullptr;
     ::unsetenv("MOCK_NVML_STATE");
     if (state_) ::unlink(state_->c_str());
     delete state_;
@@ -128,9 +132,11 @@ class GpuFaults : public ::testing::Test {
   }
 
   static Daemon* daemon_;
+  static OwnCgroupRoot* root_;
   static std::string* state_;
 };
 Daemon* GpuFaults::daemon_ = nullptr;
+OwnCgroupRoot* GpuFaults::root_ = nullptr;
 std::string* GpuFaults::state_ = nullptr;
 
 TEST_F(GpuFaults, ClockHeldDownOpensAChainOnlyWhenTheJobSlowed) {

@@ -28,7 +28,7 @@ const std::string kCuda = std::string(MOCK_DIR) + "/libcuda.so.1";
 constexpr double kMiB = 1048576;
 
 std::string unique(const std::string& name) {
-  return "stallwatch-gpumem-" + std::to_string(getpid()) + "/" + name;
+  return suite_cgroup("gpumem-" + name);
 }
 
 // The chains of `kind` in `cgroup`, as explain --json gives them.

@@ -30,9 +30,9 @@ const std::string kCudart = std::string(MOCK_DIR) + "/libcudart.so.12";
 constexpr double kThresholdS = 2;   // --hang-threshold
 constexpr double kWindowS = 0.5;    // --window
 
-std::string unique(const std::string& name) {
-  return "stallwatch-hang-" + std::to_string(getpid()) + "/" + name;
-}
+// The suite's cgroups all lie below /stallwatch-hang-PID; its daemon traces only there.
+std::string top() { return "stallwatch-hang-" + std::to_string(getpid()); }
+std::string unique(const std::string& name) { return top() + "/" + name; }
 
 // The call_hang chains of `cgroup` explain reports, as JSON objects.
 std::vector<Json> hang_chains(const Daemon& d, const std::string& cgroup,
@@ -47,14 +47,18 @@ double evidence(const Json& chain, const std::string& name) {
 class Hang : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    daemon_ = new Daemon({"--window", "500ms", "--hang-threshold", "2s"});
+    root_ = new OwnCgroupRoot(top());
+    daemon_ = new Daemon(root_->flags({"--window", "500ms", "--hang-threshold", "2s"}));
     ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
   }
   static void TearDownTestSuite() {
-    if (!daemon_) return;
-    EXPECT_EQ(daemon_->stop(), 0) << daemon_->log_path();
-    delete daemon_;
-    daemon_ = nullptr;
+    if (daemon_) {
+      EXPECT_EQ(daemon_->stop(), 0) << daemon_->log_path();
+      delete daemon_;
+      daemon_ = nullptr;
+    }
+    delete root_;
+    root_ = nullptr;
   }
   void SetUp() override {
     ASSERT_NE(daemon_, nullptr);
@@ -90,9 +94,11 @@ class Hang : public ::testing::Test {
   }
 
   static Daemon* daemon_;
+  static OwnCgroupRoot* root_;
   std::string hold_;
 };
 Daemon* Hang::daemon_ = nullptr;
+OwnCgroupRoot* Hang::root_ = nullptr;
 
 TEST_F(Hang, HeldSynchronizeOpensACallHangWhileItHangsAndClosesOnceReleased) {
   TestCgroup cg(unique("sync"));

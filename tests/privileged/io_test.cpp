@@ -25,7 +25,7 @@ constexpr int kReads = 256;
 constexpr int kWrites = 32;
 
 std::string unique(const std::string& name) {
-  return "stallwatch-io-" + std::to_string(getpid()) + "/" + name;
+  return suite_cgroup("io-" + name);
 }
 
 class Io : public DaemonSuite {

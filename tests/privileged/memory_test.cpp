@@ -29,7 +29,7 @@ constexpr std::uint64_t kMiB = 1 << 20;
 constexpr int kFileMiB = 64;
 
 std::string unique(const std::string& name) {
-  return "stallwatch-mem-" + std::to_string(getpid()) + "/" + name;
+  return suite_cgroup("mem-" + name);
 }
 
 class Memory : public DaemonSuite {

@@ -30,7 +30,7 @@ constexpr double kBytesPerCall = 1048576.0 * 4;  // count x sizeof(float)
 constexpr int kPeriodUs = 20000;                 // one collective per ~20 ms
 
 std::string unique(const std::string& name) {
-  return "stallwatch-nccl-" + std::to_string(getpid()) + "/" + name;
+  return suite_cgroup("nccl-" + name);
 }
 
 class Nccl : public DaemonSuite {

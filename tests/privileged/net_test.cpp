@@ -22,7 +22,7 @@ constexpr long kBytes = 8L << 20;
 constexpr int kPort = 5201;
 
 std::string unique(const std::string& name) {
-  return "stallwatch-net-" + std::to_string(getpid()) + "/" + name;
+  return suite_cgroup("net-" + name);
 }
 
 class Net : public DaemonSuite {

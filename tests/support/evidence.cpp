@@ -1,5 +1,7 @@
 #include "support/evidence.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <regex>
 
@@ -116,17 +118,28 @@ std::vector<std::string> keeper_argv() {
 }
 
 Daemon* DaemonSuite::daemon_ = nullptr;
+OwnCgroupRoot* DaemonSuite::root_ = nullptr;
+
+namespace {
+std::string suite_top() { return "stallwatch-suite-" + std::to_string(getpid()); }
+}  // namespace
+
+std::string suite_cgroup(const std::string& name) { return suite_top() + "/" + name; }
 
 void DaemonSuite::SetUpTestSuite() {
-  daemon_ = new Daemon({"--window", "500ms"});
+  root_ = new OwnCgroupRoot(suite_top());
+  daemon_ = new Daemon(root_->flags({"--window", "500ms"}));
   ASSERT_TRUE(daemon_->wait_ready()) << "daemon not ready; log: " << daemon_->log_path();
 }
 
 void DaemonSuite::TearDownTestSuite() {
-  if (!daemon_) return;
-  EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
-  delete daemon_;
-  daemon_ = nullptr;
+  if (daemon_) {
+    EXPECT_EQ(daemon_->stop(), 0) << "daemon exit status; log: " << daemon_->log_path();
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+  delete root_;
+  root_ = nullptr;
 }
 
 void DaemonSuite::SetUp() { ASSERT_NE(daemon_, nullptr) << "suite setup failed"; }

@@ -52,13 +52,17 @@ std::vector<ChainInfo> wait_chain(const Daemon& daemon, const std::string& kind,
 std::vector<std::string> keeper_argv();
 
 // One daemon (500 ms windows) shared by the tests of a suite; a suite with more setup defines
-// its own SetUpTestSuite and calls DaemonSuite::SetUpTestSuite from it.
+// its own SetUpTestSuite and calls DaemonSuite::SetUpTestSuite from it. The suite makes its
+// cgroups with suite_cgroup(): its daemon traces only below their common root (OwnCgroupRoot).
 class DaemonSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite();
   static void TearDownTestSuite();
   void SetUp() override;
   static Daemon* daemon_;
+  static OwnCgroupRoot* root_;
 };
+// NAME below the DaemonSuite root of this test process: "stallwatch-suite-PID/NAME".
+std::string suite_cgroup(const std::string& name);
 
 }  // namespace stallwatch::test

@@ -74,6 +74,25 @@ class TestCgroup {
   std::string dir_, label_;
 };
 
+// A cgroup subtree of a suite's own, /TOP, kept (by a child cgroup, `keep`) while this lives,
+// and the flags that make a daemon trace only below it (--cgroup-roots, issue #50): other CUDA
+// processes on the host, another stallwatch's tests included, then change none of the suite's
+// counts. Make it before the daemon starts and keep it until the daemon stops: a root removed
+// and made again is another cgroup, which the daemon would not trace.
+class OwnCgroupRoot {
+ public:
+  explicit OwnCgroupRoot(const std::string& top) : label_("/" + top), keep_(top + "/keep") {}
+  // `args` and --cgroup-roots /TOP.
+  std::vector<std::string> flags(std::vector<std::string> args) const {
+    args.insert(args.end(), {"--cgroup-roots", label_});
+    return args;
+  }
+
+ private:
+  std::string label_;
+  TestCgroup keep_;
+};
+
 struct Spawn {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;
