@@ -147,6 +147,8 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
       }
     }
     batch.gpus = gpu_rows(view);
+    batch.nccl =
+        store::member_rows(previous_.get(), *snap, store::kMaxNcclMembers, batch.nccl_dropped);
     batch.processes = std::move(view.processes);
     for (auto& p : view.ended) batch.processes.push_back(std::move(p));
     const auto calls = trace::all_calls();

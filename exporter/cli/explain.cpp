@@ -24,6 +24,7 @@ using store::ReportChain;
 
 // Host averages are means of many windows: four decimals say all there is.
 double round4(double v) { return std::round(v * 1e4) / 1e4; }
+double round6(double v) { return std::round(v * 1e6) / 1e6; }
 
 Json num_or_null(double v, bool known) { return known ? json_value(v) : Json(nullptr); }
 
@@ -170,6 +171,25 @@ std::string render_explain_json(const Report& r) {
   Json& traced = o["traced"] = Json::array();
   for (const auto& t : r.traced) {
     traced.push_back({{"cgroup", t.cgroup}, {"processes", t.processes}, {"calls", t.calls}});
+  }
+  // Collectives waiting on another node (store/nccl_waits.h); [] when none.
+  Json& nccl = o["nccl_waits"] = Json::array();
+  for (const auto& w : r.nccl_waits) {
+    nccl.push_back({{"comm", w.comm_label},
+                    {"job_id", w.job_id.empty() ? Json(nullptr) : Json(w.job_id)},
+                    {"rank", w.rank},
+                    {"world_size", w.world_size},
+                    {"cgroup", w.cgroup},
+                    {"pid", w.pid},
+                    {"process", w.comm},
+                    {"windows", w.windows},
+                    {"collectives", w.collectives},
+                    {"before_windows", w.before_windows},
+                    {"after_windows", w.after_windows},
+                    {"wait_per_collective_before_seconds", round6(w.before_s)},
+                    {"wait_per_collective_after_seconds", round6(w.after_s)},
+                    {"look_at", "stallwatch:nccl_rank_straggler_score{comm=\"" + w.comm_label +
+                                    "\"}"}});
   }
   if (r.query.per_process) {
     Json& processes = o["processes"] = Json::array();

@@ -421,6 +421,37 @@ void render_gpus(std::string& out, const std::vector<store::GpuSummary>& gpus) {
   }
 }
 
+// Communicators of this node whose collectives waited longer and longer with nothing on this
+// node to explain it (store/nccl_waits.h): one block per communicator, then where to look.
+void render_nccl_waits(std::string& out, const std::vector<store::NcclWaitGrowth>& waits,
+                       const Names& names, const std::string& last) {
+  for (size_t i = 0; i < waits.size();) {
+    const std::string& comm = waits[i].comm_label;
+    std::string job;
+    for (size_t j = i; j < waits.size() && waits[j].comm_label == comm; j++) {
+      if (job.empty()) job = waits[j].job_id;
+    }
+    out += "\nCollectives waiting on another node (" + last + "): communicator " + comm +
+           (job.empty() ? ", job not known" : ", job " + escape_line(job)) + "\n";
+    for (; i < waits.size() && waits[i].comm_label == comm; i++) {
+      const store::NcclWaitGrowth& w = waits[i];
+      out += "  rank " + std::to_string(w.rank) + " of " + std::to_string(w.world_size) + ", " +
+             escape_line(process_name(w.comm, w.pid)) + " in " + workload_label(w.cgroup, names) +
+             ": waited " + human_seconds(w.after_s) + " per collective in its last " +
+             thousands(w.after_windows) + " windows against " + human_seconds(w.before_s) +
+             " in its first " + thousands(w.before_windows) + " (" +
+             fmt("%.1fx", w.before_s > 0 ? w.after_s / w.before_s : 0.0) + "; " +
+             thousands(w.collectives) + " collectives in " + thousands(w.windows) +
+             " windows)\n";
+    }
+    out += "  No host cause on this node: the rank that holds these collectives back is on "
+           "another node. Look at `stallwatch:nccl_rank_straggler_score{comm=\"" +
+           comm +
+           "\"}` (or the StallwatchNcclStraggler alert) across nodes, and run explain on the node "
+           "it names.\n";
+  }
+}
+
 }  // namespace
 
 std::string render_explain_text(const Report& r) {
@@ -476,6 +507,8 @@ std::string render_explain_text(const Report& r) {
       render_chain(out, c, now, r.names, r.query.stacks);
     }
   }
+
+  render_nccl_waits(out, r.nccl_waits, r.names, last);
 
   if (r.query.per_process) {
     out += "\nProcess breakdown (" + last + "): " + thousands(r.processes.size()) +

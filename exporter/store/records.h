@@ -11,6 +11,7 @@
 #include "host/host_sampler.h"
 #include "chains/window.h"
 #include "identity/cgroup_identity.h"
+#include "store/nccl_waits.h"
 
 namespace stallwatch::store {
 
@@ -87,6 +88,8 @@ struct WindowBatch {
   std::vector<Inflight> inflight;                // calls open at the window's end
   std::vector<SiteRow> sites;                    // call sites of the window's outliers
   std::vector<GpuRow> gpus;                      // empty without NVML
+  std::vector<NcclMemberRow> nccl;               // communicator members' waits (nccl_waits.h)
+  std::uint64_t nccl_dropped = 0;                // members left out for kMaxNcclMembers
 
   size_t rows() const;
 };

@@ -837,6 +837,11 @@ Result<Report> load_report(sqlite3* db, const ReportQuery& query) {
     }
   }
   sort_chains(r.chains);
+  {
+    std::vector<NcclWindow> nccl;
+    if (auto x = load_nccl_windows(db, query, filter, nccl); !x) return x.error();
+    r.nccl_waits = judge_nccl_waits(nccl, r.chains);
+  }
   if (r.chains.empty()) {
     if (auto x = load_traced(db, query, filter, r.traced); !x) return x.error();
   }

@@ -19,6 +19,7 @@
 #include "chains/memory_growth.h"
 #include "chains/chain.h"
 #include "common/result.h"
+#include "store/nccl_waits.h"
 #include "store/sqlite.h"
 
 namespace stallwatch::store {
@@ -211,6 +212,9 @@ struct Report {
   std::vector<ReportChain> chains;
   std::vector<TracedCgroup> traced;     // filled only when `chains` is empty
   std::vector<ProcessStats> processes;  // only with query.per_process; most off-CPU first
+  // Communicator members whose collectives waited longer and longer with no cause on this
+  // node (nccl_waits.h): the rank that holds them back is on another node.
+  std::vector<NcclWaitGrowth> nccl_waits;
 };
 
 Result<Report> load_report(sqlite3* db, const ReportQuery& query);

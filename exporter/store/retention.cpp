@@ -16,9 +16,9 @@ namespace stallwatch::store {
 namespace {
 
 // The tables whose rows are one window's data, keyed by ts_ns (ts_ns-indexed).
-constexpr std::array<const char*, 9> kWindowTables = {
-    "call_windows",     "process_windows", "preemptor_windows", "outliers",     "inflight_windows",
-    "memory_windows",   "outlier_sites",   "gpu_windows",       "windows"};
+constexpr std::array<const char*, 10> kWindowTables = {
+    "call_windows",   "process_windows", "preemptor_windows", "outliers",     "inflight_windows",
+    "memory_windows", "outlier_sites",   "gpu_windows",       "nccl_windows", "windows"};
 
 // The rollup tables (schema 7): a bucket goes once every window in it has gone (a bucket B
 // holds the windows that end in (B, B + kRollupNs]).

@@ -149,6 +149,19 @@ CREATE TABLE gpu_windows(
     R"sql(
 ALTER TABLE gpu_windows ADD COLUMN lost_since_ns INTEGER;
 )sql",
+    // 11 → 12: NCCL communicator members per window (issue #52 item 6): each member's wait for
+    // its collectives and its collective count over the window, with its communicator's label
+    // (as /metrics' `comm`) and job, so explain on a node whose ranks wait for another node's
+    // rank names the communicator and the job. windows.nccl_dropped: members left out for the
+    // per-window cap (NULL: none).
+    R"sql(
+CREATE TABLE nccl_windows(
+  ts_ns INTEGER NOT NULL, cgroup TEXT NOT NULL, pid INTEGER NOT NULL,
+  communicator TEXT NOT NULL, rank INTEGER NOT NULL, world_size INTEGER NOT NULL, job_id TEXT,
+  wait_ns INTEGER NOT NULL, collectives INTEGER NOT NULL);
+CREATE INDEX nccl_windows_ts ON nccl_windows(ts_ns);
+ALTER TABLE windows ADD COLUMN nccl_dropped INTEGER;
+)sql",
 };
 
 }  // namespace

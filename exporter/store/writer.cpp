@@ -6,17 +6,19 @@
 #include "common/json.h"
 #include "store/schema.h"
 #include "trace/calls.h"
+#include "trace/nccl_ranks.h"
 
 namespace stallwatch::store {
 namespace {
 
 constexpr const char* kWindowSql =
     "INSERT INTO windows(ts_ns, window_ns, cpu_busy, mem_used, load1, cpus, swap_used_bytes, "
-    "cpu_steal, cpu_irq) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(ts_ns) DO UPDATE "
+    "cpu_steal, cpu_irq, nccl_dropped) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+    "ON CONFLICT(ts_ns) DO UPDATE "
     "SET window_ns = excluded.window_ns, cpu_busy = excluded.cpu_busy, "
     "mem_used = excluded.mem_used, load1 = excluded.load1, cpus = excluded.cpus, "
     "swap_used_bytes = excluded.swap_used_bytes, cpu_steal = excluded.cpu_steal, "
-    "cpu_irq = excluded.cpu_irq";
+    "cpu_irq = excluded.cpu_irq, nccl_dropped = excluded.nccl_dropped";
 
 constexpr const char* kCgroupSql =
     "INSERT INTO cgroups(path, container_id, pod_uid, runtime, qos, systemd_unit, slurm_job, "
@@ -56,6 +58,10 @@ constexpr const char* kInflightSql =
     "INSERT INTO inflight_windows(ts_ns, cgroup, pid, tid, thread, call, api, age_ns, "
     "runnable_ns, blocked_ns, preemptions, on_cpu, rank, world_size) "
     "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+
+constexpr const char* kNcclSql =
+    "INSERT INTO nccl_windows(ts_ns, cgroup, pid, communicator, rank, world_size, job_id, "
+    "wait_ns, collectives) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 constexpr const char* kMemorySql =
     "INSERT INTO memory_windows(ts_ns, cgroup, pid, allocated, freed, failures, live_device, "
@@ -206,6 +212,7 @@ Result<BatchWriter> BatchWriter::prepare(sqlite3* db) {
       {&w.outliers_, kOutlierSql},        {&w.chains_, kChainSql},
       {&w.sites_, kSiteSql},              {&w.gpus_, kGpuSql},
       {&w.inflight_, kInflightSql},       {&w.memory_, kMemorySql},
+      {&w.nccl_, kNcclSql},
       {&w.call_rollups_, kCallRollupSql}, {&w.process_rollups_, kProcessRollupSql},
       {&w.preemptor_rollups_, kPreemptorRollupSql}, {&w.rollup_start_, kRollupStartSql},
   };
@@ -259,6 +266,11 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
   }
   bind_known(windows_, 8, h.cpu_steal, h.cpu_steal >= 0);
   bind_known(windows_, 9, h.cpu_irq, h.cpu_irq >= 0);
+  if (b.nccl_dropped > 0) {
+    windows_.bind(10, i64(b.nccl_dropped));
+  } else {
+    windows_.bind_null(10);
+  }
   if (auto r = done(windows_); !r) return r;
 
   for (const auto& id : b.cgroups) {
@@ -357,6 +369,15 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
       inflight_.bind_null(13).bind_null(14);
     }
     if (auto r = done(inflight_); !r) return r;
+  }
+
+  for (const auto& n : b.nccl) {
+    nccl_.bind(1, ts).bind(2, std::string_view(n.cgroup)).bind(3, std::int64_t{n.pid});
+    nccl_.bind(4, trace::comm_label(n.comm_hash));
+    nccl_.bind(5, std::int64_t{n.rank}).bind(6, std::int64_t{n.world_size});
+    bind_opt(nccl_, 7, n.job_id);
+    nccl_.bind(8, i64(n.wait_ns)).bind(9, i64(n.collectives));
+    if (auto r = done(nccl_); !r) return r;
   }
 
   for (const auto& o : b.outliers) {

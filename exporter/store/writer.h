@@ -35,7 +35,7 @@ class BatchWriter {
   Stmt windows_, cgroups_, processes_, process_windows_, call_windows_, preemptors_, outliers_,
       memory_, call_rollups_, process_rollups_, preemptor_rollups_, rollup_start_,
       inflight_, chains_;
-  Stmt sites_, gpus_;
+  Stmt sites_, gpus_, nccl_;
 };
 
 // JSON texts of chains.contributors and chains.evidence (docs/store.md).

@@ -238,7 +238,7 @@ TEST(StoreTest, WritesBatchAsExactRows) {
   auto db = open_plain(path);
   const std::string t = std::to_string(ts);
   EXPECT_EQ(rows(db.get(), "SELECT * FROM windows"),
-            std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0|0.03|0.01"});
+            std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0|0.03|0.01|NULL"});
   EXPECT_EQ(rows(db.get(), "SELECT * FROM cgroups"),
             std::vector<std::string>{
                 "/kubepods.slice/pod1|NULL|1a2b|NULL|burstable|NULL|NULL|NULL|" + t + "|" + t +
