@@ -14,7 +14,7 @@ BIN="$BUILD/tests/diagnosis_test"
 [[ $(id -u) -eq 0 ]] || { echo "accuracy: run as root (the daemon attaches eBPF programs)" >&2; exit 2; }
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
-SUITES="chains_test memory_test io_test net_test nccl_test"
+SUITES="chains_test memory_test io_test net_test nccl_test gpu_faults_test"
 SUITE_OUT=$(mktemp)
 trap 'rm -f "$OUT" "$SUITE_OUT"' EXIT
 for i in $(seq "$RUNS"); do
@@ -82,6 +82,7 @@ what = {
     "io_test": "a trainer starved by a disk-bound loader; one fed from memory",
     "net_test": "TCP retransmits over veth with nftables loss, IPv4 and IPv6; a lossless control",
     "nccl_test": "a slow NCCL rank among two; balanced ranks",
+    "gpu_faults_test": "a GPU held at low clocks under a job; an Xid 79; a GPU that falls off the bus (stand-in NVML)",
 }
 lines += [
     "",
@@ -95,9 +96,12 @@ for name, oks in suites.items():
     lines.append(f"| `{name}` | {what.get(name, '')} | {len(oks)} | {sum(oks)}/{len(oks)} |")
 lines += [
     "",
-    "CPU steal and interrupt time cannot be created here, only met: this VM's own steal is measured",
-    "in every run (above); `/proc/stat` fixtures and the synthetic host drive the rule's cases",
-    "(`procfs_test`, demo `cpu-steal`, `chain_cpu_rules_test`). CPU limits are created for real",
+    "CPU steal cannot be created here, only met: this VM's own steal is measured in every run",
+    "(above); `/proc/stat` fixtures and the synthetic host drive the rule's cases (`procfs_test`,",
+    "demo `cpu-steal`, `chain_cpu_rules_test`). Interrupt time is created for real: a UDP flood",
+    "in a network namespace of the test's own, steered to the job's core by RPS (the softirq",
+    "scenario, which judges only when it put at least 15 % of that core in interrupts and says",
+    "so otherwise). CPU limits are created for real",
     "(cgroup v1 `cpu.cfs_quota_us` on this hybrid host, `cpu.max` where cgroup v2 has the cpu",
     "controller).",
     "",

@@ -5,6 +5,8 @@
 //  - A GPU held down by a thermal slowdown under a job that did not slow: no chain. Held by its
 //    power cap with the job 1.65x slower: exactly one gpu_throttle chain, opened while capped,
 //    closed once restored, naming GPU 0, sw_power_cap and 1,200 MHz.
+//  - A thermal hold with the job slowed 2.2x and an agent on its core: the chain still opens
+//    (the agent's preemptions are a small share of the rise).
 //  - Xid lines written for real into /dev/kmsg (root) while the job hangs in a synchronize: the
 //    hang's call_hang chain names Xid 79; a gpu_xid chain opens at once; a hostile line is
 //    escaped, a malformed one ignored; every Xid counted by GPU and code.
@@ -201,6 +203,62 @@ TEST_F(GpuFaults, ClockHeldDownOpensAChainOnlyWhenTheJobSlowed) {
   EXPECT_GE(c["evidence"].value("call_slowdown", 0.0), 1.2);
   EXPECT_TRUE(chains_json(*daemon_, "gpu_contention", cg.label(), &raw).empty()) << raw;
   w.stop();
+  ::unlink(scale.c_str());
+}
+
+// Issue #50: an agent on the job's core (at nice -10, it wakes every 100 ms and spins 3 ms)
+// preempts some of the job's synchronizes, which spin 1 ms and wait 1 ms for the GPU; the GPU is
+// then held at 900 of 1,980 MHz for a thermal slowdown and the job's GPU wait takes 2.2x as long.
+// The CPU wait is a small share of the whole rise, so gpu_throttle must open. (The audit saw no
+// chain in 4 of 4 runs of such a job when the rule judged the window's longest call; this
+// scenario passed on that rule too, 3 of 3 here: it guards the outcome, not that fix.)
+TEST_F(GpuFaults, ALightAgentOnTheJobsCoreDoesNotHideAThermalHold) {
+  TestCgroup cg(unique("agent-throttle")), agents(unique("agent"));
+  const std::string scale =
+      std::string(TEST_SCRATCH_DIR) + "/gpu-scale-agent-" + std::to_string(getpid());
+  replace_file(scale, "1\n");
+  Spawn tick;
+  tick.argv = {DATA_WORKER_BIN, "--tick-us", "100000", "--tick-run-us", "3000", "--seconds", "60"};
+  tick.cgroup_dir = agents.dir();
+  tick.cpu = 0;
+  tick.comm = "sw-gpu-agent";
+  tick.nice = -10;  // a node agent at a raised priority: it runs its 3 ms as soon as it wakes
+  tick.output_path = "/dev/null";
+  Child agent(tick);
+  Spawn s;
+  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
+            "--iterations", "200000", "--start-delay-ms", "300"};
+  s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "1000"},
+           {"MOCK_CUDA_SYNC_CPU_US", "1000"},
+           {"MOCK_CUDA_SYNC_SCALE_FILE", scale}};
+  s.cgroup_dir = cg.dir();
+  s.cpu = 0;
+  Child w(s);
+  gpu0(w.pid(), 1980, "0x0");
+  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
+  ASSERT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+  ASSERT_TRUE(daemon_->wait_windows(6));  // the synchronize's baseline, the agent already there
+  EXPECT_EQ(active(cg.label(), "gpu_throttle"), 0) << "full clocks: no chain";
+
+  gpu0(w.pid(), 900, "0x20");
+  replace_file(scale, "2.2\n");
+  const auto held = std::chrono::steady_clock::now();
+  ASSERT_TRUE(poll_until([&] { return active(cg.label(), "gpu_throttle") == 1; }, 20s, 100ms))
+      << "no gpu_throttle chain with the agent on the job's core; log: " << daemon_->log_path();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - held).count();
+  std::cout << "gpu_throttle opened " << took << " s after the hold, the agent on the job's core\n";
+  EXPECT_LE(took, 5.0) << "two windows of 500 ms, plus the scrape's lag";
+
+  std::string raw;
+  auto chains = chains_json(*daemon_, "gpu_throttle", cg.label(), &raw);
+  ASSERT_EQ(chains.size(), 1u) << raw;
+  const std::string root = chains[0]["root_cause"].get<std::string>();
+  EXPECT_NE(root.find("sw_thermal"), std::string::npos) << root;
+  EXPECT_NE(root.find("900 MHz instead of 1980"), std::string::npos) << root;
+  gpu0(w.pid(), 1980, "0x0");
+  w.stop();
+  agent.stop();
   ::unlink(scale.c_str());
 }
 
