@@ -1,5 +1,6 @@
 #include "app/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -48,6 +49,22 @@ std::vector<store::Outlier> resolve_outliers(const Snapshot& snap, const chains:
 namespace {
 
 // Each GPU of the window for the store (gpu_windows): explain's GPU context.
+// What stallwatch's probes cost in the window (issue #48): a pair per site class as measured
+// at start, and the largest share of a workload's CUDA-thread CPU spent in them; -1 unknown.
+store::ProbeCostRow probe_cost_row(const Snapshot& snap, const chains::WindowView& view) {
+  store::ProbeCostRow row;
+  auto pair = [](const trace::TrapCost& t) {
+    return t.measured ? t.entry_seconds + t.return_seconds : -1.0;
+  };
+  row.pair_emulated_s = pair(snap.trap_cost_emulated);
+  row.pair_stepped_s = pair(snap.trap_cost_stepped);
+  if (row.pair_emulated_s < 0 && row.pair_stepped_s < 0) return row;  // nothing priced
+  for (const auto& [label, s] : view.series) {
+    if (s.probe_cost_ratio > 0) row.workload_max = std::max(row.workload_max, s.probe_cost_ratio);
+  }
+  return row;
+}
+
 std::vector<store::GpuRow> gpu_rows(const chains::WindowView& view) {
   std::vector<store::GpuRow> out;
   for (const auto& g : view.gpus) {
@@ -137,7 +154,8 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
         if (auto it = proc.find(r.pid); it != proc.end()) {
           row.cgroup = *it->second.first;
           row.comm = *it->second.second;
-        } else if (auto id = snap->cgroup_labels.find(r.cgroup_id); id != snap->cgroup_labels.end()) {
+        } else if (auto id = snap->cgroup_labels.find(r.cgroup_id);
+                   id != snap->cgroup_labels.end()) {
           row.cgroup = id->second;
         }
         row.pid = r.pid;
@@ -149,6 +167,7 @@ std::vector<chains::Chain> Pipeline::window(std::shared_ptr<Snapshot> snap,
     batch.gpus = gpu_rows(view);
     batch.nccl =
         store::member_rows(previous_.get(), *snap, store::kMaxNcclMembers, batch.nccl_dropped);
+    batch.probe_cost = probe_cost_row(*snap, view);
     batch.processes = std::move(view.processes);
     for (auto& p : view.ended) batch.processes.push_back(std::move(p));
     const auto calls = trace::all_calls();

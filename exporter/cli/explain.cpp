@@ -24,6 +24,8 @@ using store::ReportChain;
 
 // Host averages are means of many windows: four decimals say all there is.
 double round4(double v) { return std::round(v * 1e4) / 1e4; }
+// A measured duration in seconds, to the nanosecond.
+double round_ns(double s) { return std::round(s * 1e9) / 1e9; }
 double round6(double v) { return std::round(v * 1e6) / 1e6; }
 
 Json num_or_null(double v, bool known) { return known ? json_value(v) : Json(nullptr); }
@@ -99,10 +101,10 @@ Json json_process(const ProcessStats& p) {
   o["preemptions"] = p.preemptions;
   o["worst_stall_s"] = secs(p.worst_stall_ns);
   if (const auto& m = p.memory; m.any()) {
-    Json mem = {{"allocated_bytes", m.allocated},   {"freed_bytes", m.freed},
-                {"alloc_failures", m.failures},     {"live_bytes", m.live()},
+    Json mem = {{"allocated_bytes", m.allocated},     {"freed_bytes", m.freed},
+                {"alloc_failures", m.failures},       {"live_bytes", m.live()},
                 {"live_device_bytes", m.live_device}, {"live_managed_bytes", m.live_managed},
-                {"live_host_bytes", m.live_host},   {"peak_bytes", m.peak}};
+                {"live_host_bytes", m.live_host},     {"peak_bytes", m.peak}};
     if (m.growth) {
       mem["memory_growth"] = {{"from_bytes", m.growth->from_bytes},
                               {"to_bytes", m.growth->to_bytes},
@@ -133,17 +135,23 @@ std::string render_explain_json(const Report& r) {
                  {"until", time_or_null(now)},
                  {"seconds", json_value(static_cast<double>(r.query.since_ns) / 1e9)}};
   o["cgroup"] = r.query.cgroup.empty() ? Json(nullptr) : Json(r.query.cgroup);
-  o["host"] = {{"hostname", h.hostname},
-               {"windows", h.windows},
-               {"newest_data", time_or_null(h.newest_ns)},
-               {"cpu_busy", num_or_null(round4(h.cpu_busy), h.cpu_busy >= 0)},
-               {"mem_used", num_or_null(round4(h.mem_used), h.mem_used >= 0)},
-               {"load1", num_or_null(round4(h.load1), h.load1 >= 0)},
-               {"cpus", h.cpus > 0 ? Json(h.cpus) : Json(nullptr)},
-               {"swap_used_bytes",
-                num_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0)},
-               {"cpu_steal", num_or_null(round4(h.cpu_steal), h.cpu_steal >= 0)},
-               {"cpu_irq", num_or_null(round4(h.cpu_irq), h.cpu_irq >= 0)}};
+  o["host"] = {
+      {"hostname", h.hostname},
+      {"windows", h.windows},
+      {"newest_data", time_or_null(h.newest_ns)},
+      {"cpu_busy", num_or_null(round4(h.cpu_busy), h.cpu_busy >= 0)},
+      {"mem_used", num_or_null(round4(h.mem_used), h.mem_used >= 0)},
+      {"load1", num_or_null(round4(h.load1), h.load1 >= 0)},
+      {"cpus", h.cpus > 0 ? Json(h.cpus) : Json(nullptr)},
+      {"swap_used_bytes", num_or_null(std::round(h.swap_used_bytes), h.swap_used_bytes >= 0)},
+      {"cpu_steal", num_or_null(round4(h.cpu_steal), h.cpu_steal >= 0)},
+      {"cpu_irq", num_or_null(round4(h.cpu_irq), h.cpu_irq >= 0)},
+      {"probe_pair_emulated_s",
+       num_or_null(round_ns(h.probe_pair_emulated_s), h.probe_pair_emulated_s >= 0)},
+      {"probe_pair_stepped_s",
+       num_or_null(round_ns(h.probe_pair_stepped_s), h.probe_pair_stepped_s >= 0)},
+      {"probe_cost_max", num_or_null(round4(h.probe_cost_max), h.probe_cost_max >= 0)},
+      {"probe_cost_mean", num_or_null(round4(h.probe_cost_mean), h.probe_cost_mean >= 0)}};
   Json& gpus = o["host"]["gpus"] = Json::array();
   for (const auto& g : h.gpus) {
     Json xids = Json::array();
@@ -175,21 +183,21 @@ std::string render_explain_json(const Report& r) {
   // Collectives waiting on another node (store/nccl_waits.h); [] when none.
   Json& nccl = o["nccl_waits"] = Json::array();
   for (const auto& w : r.nccl_waits) {
-    nccl.push_back({{"comm", w.comm_label},
-                    {"job_id", w.job_id.empty() ? Json(nullptr) : Json(w.job_id)},
-                    {"rank", w.rank},
-                    {"world_size", w.world_size},
-                    {"cgroup", w.cgroup},
-                    {"pid", w.pid},
-                    {"process", w.comm},
-                    {"windows", w.windows},
-                    {"collectives", w.collectives},
-                    {"before_windows", w.before_windows},
-                    {"after_windows", w.after_windows},
-                    {"wait_per_collective_before_seconds", round6(w.before_s)},
-                    {"wait_per_collective_after_seconds", round6(w.after_s)},
-                    {"look_at", "stallwatch:nccl_rank_straggler_score{comm=\"" + w.comm_label +
-                                    "\"}"}});
+    nccl.push_back(
+        {{"comm", w.comm_label},
+         {"job_id", w.job_id.empty() ? Json(nullptr) : Json(w.job_id)},
+         {"rank", w.rank},
+         {"world_size", w.world_size},
+         {"cgroup", w.cgroup},
+         {"pid", w.pid},
+         {"process", w.comm},
+         {"windows", w.windows},
+         {"collectives", w.collectives},
+         {"before_windows", w.before_windows},
+         {"after_windows", w.after_windows},
+         {"wait_per_collective_before_seconds", round6(w.before_s)},
+         {"wait_per_collective_after_seconds", round6(w.after_s)},
+         {"look_at", "stallwatch:nccl_rank_straggler_score{comm=\"" + w.comm_label + "\"}"}});
   }
   if (r.query.per_process) {
     Json& processes = o["processes"] = Json::array();

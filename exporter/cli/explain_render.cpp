@@ -1,11 +1,11 @@
 #include "cli/explain_render.h"
 
-#include <map>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -157,7 +157,8 @@ std::string latency_line(const ReportChain& c) {
 using Names = std::map<std::string, store::WorkloadNames>;
 
 // "pod NAMESPACE/NAME, container C" when the daemon knew the Kubernetes names, else "".
-std::string kube_label(const std::string& pod, const std::string& ns, const std::string& container) {
+std::string kube_label(const std::string& pod, const std::string& ns,
+                       const std::string& container) {
   if (pod.empty()) return {};
   return "pod " + (ns.empty() ? "" : ns + "/") + pod +
          (container.empty() ? "" : ", container " + container);
@@ -223,9 +224,9 @@ void render_chain(std::string& out, const ReportChain& c, std::int64_t ref_ns, c
   }
   label = label.empty() ? workload_label(c.cgroup, names) : escape_line(label);
   const std::string cgroup = escape_line(c.cgroup);
-  field(out, "Workload",
-        label == cgroup ? std::vector<std::string>{cgroup}
-                        : std::vector<std::string>{label, cgroup});
+  field(
+      out, "Workload",
+      label == cgroup ? std::vector<std::string>{cgroup} : std::vector<std::string>{label, cgroup});
   if (c.pid != 0) field(out, "Process", {escape_line(process_name(c.comm, c.pid))});
   field(out, "Root", lines_of(c.root_cause));
   std::vector<std::string> effect;
@@ -295,8 +296,10 @@ void render_process(std::string& out, const ProcessStats& p, const Names& names)
     std::string held = human_bytes(static_cast<double>(m.live())) + " held at the end";
     std::vector<std::string> kinds;
     if (m.live_device) kinds.push_back("device " + human_bytes(static_cast<double>(m.live_device)));
-    if (m.live_managed) kinds.push_back("managed " + human_bytes(static_cast<double>(m.live_managed)));
-    if (m.live_host) kinds.push_back("pinned host " + human_bytes(static_cast<double>(m.live_host)));
+    if (m.live_managed)
+      kinds.push_back("managed " + human_bytes(static_cast<double>(m.live_managed)));
+    if (m.live_host)
+      kinds.push_back("pinned host " + human_bytes(static_cast<double>(m.live_host)));
     for (size_t i = 0; i < kinds.size(); i++) held += (i == 0 ? " (" : ", ") + kinds[i];
     if (!kinds.empty()) held += ")";
     held += ", peak " + human_bytes(static_cast<double>(m.peak)) + "; allocated " +
@@ -308,8 +311,7 @@ void render_process(std::string& out, const ProcessStats& p, const Names& names)
       field(out, "memory_growth",
             {"grew from " + human_bytes(static_cast<double>(m.growth->from_bytes)) + " to " +
              human_bytes(static_cast<double>(m.growth->to_bytes)) + " over " +
-             human_seconds(m.growth->span_s) + " (" +
-             human_bytes(m.growth->bytes_per_s * 60) +
+             human_seconds(m.growth->span_s) + " (" + human_bytes(m.growth->bytes_per_s * 60) +
              "/min) with no plateau: a leak, or a cache that never stops growing"});
     }
   }
@@ -366,6 +368,24 @@ std::string rfc3339(std::int64_t unix_ns) { return strftime_utc(unix_ns, "%Y-%m-
 
 namespace {
 
+// What stallwatch's own probes cost here (issue #48), under the System context: nothing when
+// the daemon did not measure them (before schema 13, or `demo`).
+void render_probe_cost(std::string& out, const store::HostSummary& h) {
+  if (h.probe_pair_emulated_s < 0 && h.probe_pair_stepped_s < 0) return;
+  std::string sites;
+  if (h.probe_pair_emulated_s >= 0)
+    sites = human_seconds(h.probe_pair_emulated_s) + " (emulated site)";
+  if (h.probe_pair_stepped_s >= 0) {
+    sites +=
+        (sites.empty() ? "" : ", ") + human_seconds(h.probe_pair_stepped_s) + " (single-stepped)";
+  }
+  out += "  Probes (stallwatch's own): " + sites + " a traced call; ";
+  out += h.probe_cost_max >= 0
+             ? "at most " + percent(h.probe_cost_max) + " of a workload's CUDA-thread CPU (mean " +
+                   percent(h.probe_cost_mean) + "; --cost-budget bounds it)\n"
+             : "no traced workload ran\n";
+}
+
 // One line per GPU under the System context (at most 16, then how many more): its SM clock
 // against its maximum, the share of the period its clock was held down and why, temperature,
 // power against its limit, Xid errors by code.
@@ -381,10 +401,9 @@ void render_gpus(std::string& out, const std::vector<store::GpuSummary>& gpus) {
       parts.push_back("LOST since " + rfc3339(g.lost_since_ns) +
                       " (NVML: GPU is lost; fallen off the bus: drain the node, reset the GPU)");
     } else if (g.sm_clock_mhz >= 0 && g.sm_clock_max_mhz > 0) {
-      parts.push_back("SM " + thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_mhz))) +
-                      " of " +
-                      thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_max_mhz))) +
-                      " MHz");
+      parts.push_back(
+          "SM " + thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_mhz))) + " of " +
+          thousands(static_cast<std::uint64_t>(std::lround(g.sm_clock_max_mhz))) + " MHz");
     }
     std::string held = "held " + percent(g.held_share);
     if (!g.top_reason.empty() && g.held_share > 0) held += " (" + escape_line(g.top_reason) + ")";
@@ -407,8 +426,8 @@ void render_gpus(std::string& out, const std::vector<store::GpuSummary>& gpus) {
     if (!g.xids.empty()) {
       std::string x = "Xid";
       for (size_t k = 0; k < g.xids.size(); ++k) {
-        x += (k ? ", " : " ") + std::to_string(g.xids[k].first) + " x" +
-             thousands(g.xids[k].second);
+        x +=
+            (k ? ", " : " ") + std::to_string(g.xids[k].first) + " x" + thousands(g.xids[k].second);
       }
       parts.push_back(x);
     }
@@ -441,14 +460,14 @@ void render_nccl_waits(std::string& out, const std::vector<store::NcclWaitGrowth
              thousands(w.after_windows) + " windows against " + human_seconds(w.before_s) +
              " in its first " + thousands(w.before_windows) + " (" +
              fmt("%.1fx", w.before_s > 0 ? w.after_s / w.before_s : 0.0) + "; " +
-             thousands(w.collectives) + " collectives in " + thousands(w.windows) +
-             " windows)\n";
+             thousands(w.collectives) + " collectives in " + thousands(w.windows) + " windows)\n";
     }
-    out += "  No host cause on this node: the rank that holds these collectives back is on "
-           "another node. Look at `stallwatch:nccl_rank_straggler_score{comm=\"" +
-           comm +
-           "\"}` (or the StallwatchNcclStraggler alert) across nodes, and run explain on the node "
-           "it names.\n";
+    out +=
+        "  No host cause on this node: the rank that holds these collectives back is on "
+        "another node. Look at `stallwatch:nccl_rank_straggler_score{comm=\"" +
+        comm +
+        "\"}` (or the StallwatchNcclStraggler alert) across nodes, and run explain on the node "
+        "it names.\n";
   }
 }
 
@@ -477,6 +496,7 @@ std::string render_explain_text(const Report& r) {
          (h.cpu_steal >= 0 ? " | Steal " + percent(h.cpu_steal) : "") +
          (h.cpu_irq >= 0 ? " | IRQ " + percent(h.cpu_irq) : "") + "  (mean of " +
          thousands(h.windows) + (h.windows == 1 ? " window)\n" : " windows)\n");
+  render_probe_cost(out, h);
   render_gpus(out, h.gpus);
   out += "\n";
 

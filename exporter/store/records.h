@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "chains/chain.h"
-#include "host/host_sampler.h"
 #include "chains/window.h"
+#include "host/host_sampler.h"
 #include "identity/cgroup_identity.h"
 #include "store/nccl_waits.h"
 
@@ -73,12 +73,19 @@ struct GpuRow {
   int temperature_c = -1;
   double power_w = -1;
   double power_limit_w = -1;
-  std::vector<int> xid_codes;  // Xid errors read this window on this GPU, in order
+  std::vector<int> xid_codes;      // Xid errors read this window on this GPU, in order
   std::int64_t lost_since_ns = 0;  // unix time it was first seen lost; 0 while it answers
 };
 
+// What stallwatch's own probes cost in one window (windows.probe_*): -1 when not known.
+struct ProbeCostRow {
+  double pair_emulated_s = -1;  // a probe pair on a site the kernel emulates, measured at start
+  double pair_stepped_s = -1;   // on a single-stepped site
+  double workload_max = -1;     // the largest SeriesWindow::probe_cost_ratio of the window
+};
+
 struct WindowBatch {
-  std::int64_t end_ns = 0;     // unix time the window ended: the rows' ts_ns
+  std::int64_t end_ns = 0;  // unix time the window ended: the rows' ts_ns
   std::int64_t window_ns = 0;
   HostContext host;
   std::vector<identity::Identity> cgroups;       // series seen this window
@@ -90,6 +97,7 @@ struct WindowBatch {
   std::vector<GpuRow> gpus;                      // empty without NVML
   std::vector<NcclMemberRow> nccl;               // communicator members' waits (nccl_waits.h)
   std::uint64_t nccl_dropped = 0;                // members left out for kMaxNcclMembers
+  ProbeCostRow probe_cost;
 
   size_t rows() const;
 };

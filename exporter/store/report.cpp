@@ -185,7 +185,9 @@ Result<Ok> load_host(sqlite3* db, const ReportQuery& q, HostSummary& h) {
       "avg(CASE WHEN mem_used >= 0 THEN mem_used END), avg(CASE WHEN load1 >= 0 THEN load1 END), "
       "max(cpus), avg(CASE WHEN swap_used_bytes >= 0 THEN swap_used_bytes END), "
       "avg(CASE WHEN cpu_steal >= 0 THEN cpu_steal END), "
-      "avg(CASE WHEN cpu_irq >= 0 THEN cpu_irq END) "
+      "avg(CASE WHEN cpu_irq >= 0 THEN cpu_irq END), "
+      "avg(probe_pair_emulated_s), avg(probe_pair_stepped_s), max(probe_cost_max), "
+      "avg(probe_cost_max) "
       "FROM windows WHERE ts_ns > ?1 AND ts_ns <= ?2",
       q, "");
   if (!st) return st.error();
@@ -200,6 +202,10 @@ Result<Ok> load_host(sqlite3* db, const ReportQuery& q, HostSummary& h) {
   h.swap_used_bytes = null_or(*st, 7, -1);
   h.cpu_steal = null_or(*st, 8, -1);
   h.cpu_irq = null_or(*st, 9, -1);
+  h.probe_pair_emulated_s = null_or(*st, 10, -1);
+  h.probe_pair_stepped_s = null_or(*st, 11, -1);
+  h.probe_cost_max = null_or(*st, 12, -1);
+  h.probe_cost_mean = null_or(*st, 13, -1);
   if (auto g = load_gpus(db, q, h.gpus); !g) return g.error();
   auto newest = Stmt::prepare(db, "SELECT max(ts_ns) FROM windows");
   if (!newest) return newest.error();

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "chains/memory_growth.h"
 #include "chains/chain.h"
+#include "chains/memory_growth.h"
 #include "common/result.h"
 #include "store/nccl_waits.h"
 #include "store/sqlite.h"
@@ -78,7 +78,7 @@ struct GpuSummary {
   double top_reason_share = 0;   // of the period's windows, mean
   double temperature_max_c = -1;
   double power_max_w = -1;
-  double power_limit_w = -1;     // the largest enforced limit seen
+  double power_limit_w = -1;      // the largest enforced limit seen
   double power_limit_min_w = -1;  // and the smallest (a limit lowered during the period)
   std::vector<std::pair<int, std::uint64_t>> xids;  // code, errors; by code
   std::int64_t lost_since_ns = 0;  // lost at the period's last window, since; 0: answering
@@ -97,6 +97,13 @@ struct HostSummary {
   double swap_used_bytes = -1;
   double cpu_steal = -1;  // 0..1, mean over the CPUs, -1 unknown
   double cpu_irq = -1;
+  // stallwatch's own probes (issue #48): a pair's cost by site class, as measured at start
+  // (mean over the windows), and the largest share of a workload's CUDA-thread CPU time spent
+  // in them, the period's worst window and its mean; -1 unknown.
+  double probe_pair_emulated_s = -1;
+  double probe_pair_stepped_s = -1;
+  double probe_cost_max = -1;
+  double probe_cost_mean = -1;
   std::vector<GpuSummary> gpus;  // by index; empty without NVML
 };
 
@@ -169,7 +176,7 @@ struct MemoryStats {
   std::uint64_t live_device = 0;  // at its newest window in the period
   std::uint64_t live_managed = 0;
   std::uint64_t live_host = 0;
-  std::uint64_t peak = 0;         // the most it held at a window's end
+  std::uint64_t peak = 0;                      // the most it held at a window's end
   std::optional<chains::MemoryGrowth> growth;  // memory_growth: grew with no plateau
   bool any() const { return allocated + freed + failures + peak > 0; }
   std::uint64_t live() const { return live_device + live_managed + live_host; }

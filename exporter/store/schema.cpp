@@ -162,6 +162,15 @@ CREATE TABLE nccl_windows(
 CREATE INDEX nccl_windows_ts ON nccl_windows(ts_ns);
 ALTER TABLE windows ADD COLUMN nccl_dropped INTEGER;
 )sql",
+    // 12 → 13: what stallwatch's probes cost here (issue #48 item 3), for explain's System
+    // context: a probe pair (entry + return) on an emulated and on a single-stepped site as the
+    // daemon measured them at start, and the largest share of a workload's CUDA-thread CPU time
+    // spent in the probes that window (NULL: not measured, or no workload ran).
+    R"sql(
+ALTER TABLE windows ADD COLUMN probe_pair_emulated_s REAL;
+ALTER TABLE windows ADD COLUMN probe_pair_stepped_s REAL;
+ALTER TABLE windows ADD COLUMN probe_cost_max REAL;
+)sql",
 };
 
 }  // namespace

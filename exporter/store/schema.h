@@ -15,7 +15,7 @@
 
 namespace stallwatch::store {
 
-inline constexpr int kSchemaVersion = 12;
+inline constexpr int kSchemaVersion = 13;
 // Length of a rollup bucket (schema 7): call_rollups, process_rollups, preemptor_rollups.
 inline constexpr std::int64_t kRollupNs = 300'000'000'000;
 

@@ -13,12 +13,16 @@ namespace {
 
 constexpr const char* kWindowSql =
     "INSERT INTO windows(ts_ns, window_ns, cpu_busy, mem_used, load1, cpus, swap_used_bytes, "
-    "cpu_steal, cpu_irq, nccl_dropped) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+    "cpu_steal, cpu_irq, nccl_dropped, probe_pair_emulated_s, probe_pair_stepped_s, "
+    "probe_cost_max) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
     "ON CONFLICT(ts_ns) DO UPDATE "
     "SET window_ns = excluded.window_ns, cpu_busy = excluded.cpu_busy, "
     "mem_used = excluded.mem_used, load1 = excluded.load1, cpus = excluded.cpus, "
     "swap_used_bytes = excluded.swap_used_bytes, cpu_steal = excluded.cpu_steal, "
-    "cpu_irq = excluded.cpu_irq, nccl_dropped = excluded.nccl_dropped";
+    "cpu_irq = excluded.cpu_irq, nccl_dropped = excluded.nccl_dropped, "
+    "probe_pair_emulated_s = excluded.probe_pair_emulated_s, "
+    "probe_pair_stepped_s = excluded.probe_pair_stepped_s, "
+    "probe_cost_max = excluded.probe_cost_max";
 
 constexpr const char* kCgroupSql =
     "INSERT INTO cgroups(path, container_id, pod_uid, runtime, qos, systemd_unit, slurm_job, "
@@ -271,6 +275,10 @@ Result<Ok> BatchWriter::write_one(const WindowBatch& b) {
   } else {
     windows_.bind_null(10);
   }
+  const ProbeCostRow& pc = b.probe_cost;
+  bind_known(windows_, 11, pc.pair_emulated_s, pc.pair_emulated_s >= 0);
+  bind_known(windows_, 12, pc.pair_stepped_s, pc.pair_stepped_s >= 0);
+  bind_known(windows_, 13, pc.workload_max, pc.workload_max >= 0);
   if (auto r = done(windows_); !r) return r;
 
   for (const auto& id : b.cgroups) {

@@ -671,6 +671,36 @@ TEST_F(ExplainTest, GpuContextSummarisesEachGpu) {
   EXPECT_EQ(json_path(cli::render_explain_json(old), "$.host.gpus"), "[]");
 }
 
+// Schema 13 (issue #48): what stallwatch's probes cost, under the System context: the pair
+// costs the daemon measured at start and the largest share of a workload's CUDA-thread CPU.
+TEST_F(ExplainTest, ProbeCostIsInTheSystemContext) {
+  TestDb db(path);
+  const std::int64_t t0 = kNow - kHour / 2;
+  db.window(t0, 0.5, 0.5, 1, 8, 0);
+  db.window(t0 + kWindow, 0.5, 0.5, 1, 8, 0);
+  db.sql("UPDATE windows SET probe_pair_emulated_s = 9.7e-7, probe_pair_stepped_s = 4.26e-6");
+  db.sql("UPDATE windows SET probe_cost_max = 0.02 WHERE ts_ns = " + std::to_string(t0));
+  db.sql("UPDATE windows SET probe_cost_max = 0.01 WHERE ts_ns = " +
+         std::to_string(t0 + kWindow));
+  const Report report = load(db.get(), hour());
+  const std::string text = cli::render_explain_text(report);
+  EXPECT_NE(text.find("  Probes (stallwatch's own): 970ns (emulated site), 4.3µs "
+                      "(single-stepped) a traced call; at most 2.0% of a workload's CUDA-thread "
+                      "CPU (mean 1.5%; --cost-budget bounds it)\n"),
+            std::string::npos)
+      << text;
+  const std::string json = cli::render_explain_json(report);
+  EXPECT_EQ(json_path(json, "$.host.probe_cost_max"), "0.02");
+  EXPECT_EQ(json_path(json, "$.host.probe_cost_mean"), "0.015");
+  EXPECT_EQ(json_path(json, "$.host.probe_pair_stepped_s"), "4.26e-06");
+  // Not measured (a demo's database, or one written before schema 13): no line, JSON nulls.
+  db.sql("UPDATE windows SET probe_pair_emulated_s = NULL, probe_pair_stepped_s = NULL, "
+         "probe_cost_max = NULL");
+  const Report none = load(db.get(), hour());
+  EXPECT_EQ(cli::render_explain_text(none).find("Probes"), std::string::npos);
+  EXPECT_EQ(json_path(cli::render_explain_json(none), "$.host.probe_cost_max"), "");
+}
+
 TEST(ExplainFormatTest, HumanNumbers) {
   EXPECT_EQ(cli::human_seconds(0), "0");
   EXPECT_EQ(cli::human_seconds(610e-9), "610ns");

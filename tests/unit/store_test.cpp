@@ -221,6 +221,7 @@ TEST(StoreTest, WritesBatchAsExactRows) {
   const std::int64_t ts = 1'700'000'000 * kSecond;
   WindowBatch b = batch(ts);
   b.chains.push_back(chain("00000000000000a1", ts));
+  b.probe_cost = {.pair_emulated_s = 0.97e-6, .pair_stepped_s = -1, .workload_max = 0.0125};
   {
     auto store = open_store(options(path));
     ASSERT_TRUE(store);
@@ -238,7 +239,9 @@ TEST(StoreTest, WritesBatchAsExactRows) {
   auto db = open_plain(path);
   const std::string t = std::to_string(ts);
   EXPECT_EQ(rows(db.get(), "SELECT * FROM windows"),
-            std::vector<std::string>{t + "|5000000000|0.75|0.5|12.5|16|0|0.03|0.01|NULL"});
+            std::vector<std::string>{t +
+                                     "|5000000000|0.75|0.5|12.5|16|0|0.03|0.01|NULL|9.7e-07|NULL|"
+                                     "0.0125"});
   EXPECT_EQ(rows(db.get(), "SELECT * FROM cgroups"),
             std::vector<std::string>{
                 "/kubepods.slice/pod1|NULL|1a2b|NULL|burstable|NULL|NULL|NULL|" + t + "|" + t +
