@@ -128,6 +128,26 @@ class GpuFaults : public ::testing::Test {
     EXPECT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
     return w;
   }
+  // A loop of synchronizes in `cg` (pinned to `cpu` when >= 0) that wait `sleep_us` for the
+  // GPU, scaled by the number in `scale`, and spin `cpu_us`; on GPU 0 at full clocks, traced
+  // and mapped to it by the daemon.
+  static std::unique_ptr<Child> gpu_loop(const TestCgroup& cg, const std::string& scale,
+                                         int sleep_us, int cpu_us, int cpu) {
+    Spawn s;
+    s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
+              "--iterations", "200000", "--start-delay-ms", "300"};
+    s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", std::to_string(sleep_us)},
+             {"MOCK_CUDA_SYNC_CPU_US", std::to_string(cpu_us)},
+             {"MOCK_CUDA_SYNC_SCALE_FILE", scale}};
+    s.cgroup_dir = cg.dir();
+    s.cpu = cpu;
+    auto w = std::make_unique<Child>(s);
+    gpu0(w->pid(), 1980, "0x0");
+    EXPECT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
+    EXPECT_TRUE(wait_mapped(cg.label())) << "the job is not mapped to GPU 0; log: "
+                                         << daemon_->log_path();
+    return w;
+  }
   static double active(const std::string& cgroup, const std::string& kind) {
     auto x = parse_exposition(daemon_->metrics());
     return sum_samples(x, "stallwatch_chain_active", {{"cgroup", cgroup}, {"kind", kind}});
@@ -145,19 +165,9 @@ TEST_F(GpuFaults, ClockHeldDownOpensAChainOnlyWhenTheJobSlowed) {
   TestCgroup cg(unique("throttle"));
   const std::string scale = std::string(TEST_SCRATCH_DIR) + "/gpu-scale-" + std::to_string(getpid());
   replace_file(scale, "1\n");
-  Spawn s;
   // A GPU-bound loop: each synchronize sleeps 2 ms (the GPU's work), no CPU spin.
-  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
-            "--iterations", "200000", "--start-delay-ms", "300"};
-  s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "2000"},
-           {"MOCK_CUDA_SYNC_CPU_US", "0"},
-           {"MOCK_CUDA_SYNC_SCALE_FILE", scale}};
-  s.cgroup_dir = cg.dir();
-  Child w(s);
-  gpu0(w.pid(), 1980, "0x0");
-  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
-  ASSERT_TRUE(wait_mapped(cg.label())) << "the job is not mapped to GPU 0; log: "
-                                       << daemon_->log_path();
+  auto job = gpu_loop(cg, scale, 2000, 0, -1);
+  Child& w = *job;
   ASSERT_TRUE(daemon_->wait_windows(6));  // the synchronize's baseline
 
   // Held by a thermal slowdown, but this job's syncs keep their time: context, no chain.
@@ -225,18 +235,8 @@ TEST_F(GpuFaults, ALightAgentOnTheJobsCoreDoesNotHideAThermalHold) {
   tick.nice = -10;  // a node agent at a raised priority: it runs its 3 ms as soon as it wakes
   tick.output_path = "/dev/null";
   Child agent(tick);
-  Spawn s;
-  s.argv = {WORKLOAD_BIN, "--cudart", kCudart, "--calls", "cudaStreamSynchronize:1",
-            "--iterations", "200000", "--start-delay-ms", "300"};
-  s.env = {{"MOCK_CUDA_SYNC_SLEEP_US", "1000"},
-           {"MOCK_CUDA_SYNC_CPU_US", "1000"},
-           {"MOCK_CUDA_SYNC_SCALE_FILE", scale}};
-  s.cgroup_dir = cg.dir();
-  s.cpu = 0;
-  Child w(s);
-  gpu0(w.pid(), 1980, "0x0");
-  ASSERT_TRUE(wait_traced(*daemon_, cg.label())) << daemon_->log_path();
-  ASSERT_TRUE(wait_mapped(cg.label())) << daemon_->log_path();
+  auto job = gpu_loop(cg, scale, 1000, 1000, 0);
+  Child& w = *job;
   ASSERT_TRUE(daemon_->wait_windows(6));  // the synchronize's baseline, the agent already there
   EXPECT_EQ(active(cg.label(), "gpu_throttle"), 0) << "full clocks: no chain";
 
